@@ -1,0 +1,27 @@
+# Selects the host BLAS used for every matrix product. PIPETRAIN_BLAS=openblas|blis|generic.
+# docs/performance.md records the sgemm comparison that made OpenBLAS the default.
+set(PIPETRAIN_BLAS "openblas" CACHE STRING "host BLAS: openblas|blis|generic")
+set_property(CACHE PIPETRAIN_BLAS PROPERTY STRINGS openblas blis generic)
+
+add_library(pt_blas INTERFACE)
+if(PIPETRAIN_BLAS STREQUAL "openblas")
+  find_library(PT_OPENBLAS_LIB NAMES openblas REQUIRED)
+  find_path(PT_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread
+    HINTS /usr/include/x86_64-linux-gnu/openblas-pthread REQUIRED)
+  target_link_libraries(pt_blas INTERFACE ${PT_OPENBLAS_LIB})
+  target_include_directories(pt_blas INTERFACE ${PT_CBLAS_INCLUDE})
+  target_compile_definitions(pt_blas INTERFACE PT_BLAS_OPENBLAS=1)
+elseif(PIPETRAIN_BLAS STREQUAL "blis")
+  find_library(PT_BLIS_LIB NAMES blis REQUIRED)
+  find_path(PT_CBLAS_INCLUDE cblas.h PATH_SUFFIXES blis REQUIRED)
+  target_link_libraries(pt_blas INTERFACE ${PT_BLIS_LIB})
+  target_include_directories(pt_blas INTERFACE ${PT_CBLAS_INCLUDE})
+  target_compile_definitions(pt_blas INTERFACE PT_BLAS_BLIS=1)
+else()
+  set(BLA_VENDOR Generic)
+  find_package(BLAS REQUIRED)
+  find_path(PT_CBLAS_INCLUDE cblas.h REQUIRED)
+  target_link_libraries(pt_blas INTERFACE BLAS::BLAS)
+  target_include_directories(pt_blas INTERFACE ${PT_CBLAS_INCLUDE})
+endif()
+message(STATUS "pipetrain host BLAS: ${PIPETRAIN_BLAS}")

@@ -1,0 +1,25 @@
+# Finds Kokkos and repairs Debian's libtrilinos-kokkos-dev, whose exported Kokkos::kokkos target
+# names an include directory that does not exist (/usr/lib/include). A normal Kokkos install
+# (Spack, source build) has a correct target and is left untouched.
+find_package(Kokkos REQUIRED)
+
+get_target_property(_pt_kokkos_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
+set(_pt_kokkos_fixed "")
+foreach(_dir IN LISTS _pt_kokkos_inc)
+  if(_dir MATCHES "^\\$<" OR EXISTS "${_dir}")
+    list(APPEND _pt_kokkos_fixed "${_dir}")
+  endif()
+endforeach()
+if(NOT _pt_kokkos_fixed)
+  find_path(PT_KOKKOS_INCLUDE_DIR Kokkos_Core.hpp
+    HINTS /usr/include/trilinos ${Kokkos_DIR}/../../../include/trilinos
+    DOC "directory holding Kokkos_Core.hpp")
+  if(NOT PT_KOKKOS_INCLUDE_DIR)
+    message(FATAL_ERROR "Kokkos was found but Kokkos_Core.hpp was not; set PT_KOKKOS_INCLUDE_DIR")
+  endif()
+  message(STATUS "Kokkos: repairing include directory -> ${PT_KOKKOS_INCLUDE_DIR}")
+  set(_pt_kokkos_fixed "${PT_KOKKOS_INCLUDE_DIR}")
+endif()
+set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_pt_kokkos_fixed}")
+unset(_pt_kokkos_inc)
+unset(_pt_kokkos_fixed)

@@ -1,0 +1,397 @@
+// Host implementation of kernels/ops.hpp: Kokkos (any host execution space) for elementwise and
+// per-row kernels, CBLAS sgemm for every matrix product. See kernels/ops.hpp for shapes.
+#include "ops.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "host/fast_math.hpp"
+
+#if defined(PT_BLAS_OPENBLAS)
+extern "C" void openblas_set_num_threads(int);
+#elif defined(PT_BLAS_BLIS)
+extern "C" void bli_thread_set_num_threads(long);
+#endif
+
+namespace pt::ops {
+namespace {
+
+using HostSpace = Kokkos::DefaultHostExecutionSpace;
+using detail::fast_exp;
+using detail::fast_tanh;
+
+// Runs f(i) for i in [0, n) on the host execution space.
+template <class F> void par_for(const char* name, std::size_t n, const F& f) {
+  Kokkos::parallel_for(name, Kokkos::RangePolicy<HostSpace>(0, n), f);
+}
+
+// Runs f(begin, end) over chunks of [0, n): the inner loop stays a plain loop the compiler can
+// vectorize, whatever the execution space.
+constexpr std::size_t kChunk = 8192;
+template <class F> void par_chunks(const char* name, std::size_t n, const F& f) {
+  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+  par_for(name, chunks, [=](std::size_t c) {
+    const std::size_t begin = c * kChunk;
+    f(begin, std::min(n, begin + kChunk));
+  });
+}
+
+// Column-blocked reduction over rows: f(col_begin, col_end) owns those columns, so threads never
+// write the same gradient entry.
+constexpr int kColBlock = 64;
+template <class F> void par_col_blocks(const char* name, int C, const F& f) {
+  const int blocks = (C + kColBlock - 1) / kColBlock;
+  par_for(name, blocks, [=](std::size_t blk) {
+    const int begin = static_cast<int>(blk) * kColBlock;
+    f(begin, std::min(C, begin + kColBlock));
+  });
+}
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+} // namespace
+
+const char* blas_name() {
+#if defined(PT_BLAS_OPENBLAS)
+  return "openblas";
+#elif defined(PT_BLAS_BLIS)
+  return "blis";
+#else
+  return "generic-cblas";
+#endif
+}
+
+void set_blas_threads(int n) {
+#if defined(PT_BLAS_OPENBLAS)
+  openblas_set_num_threads(n);
+#elif defined(PT_BLAS_BLIS)
+  bli_thread_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
+// ---- embedding ------------------------------------------------------------------------------
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C) {
+  par_for("encoder_forward", static_cast<std::size_t>(B) * T, [=](std::size_t bt) {
+    const int t = static_cast<int>(bt % T);
+    const float* e = wte + static_cast<std::size_t>(tokens[bt]) * C;
+    const float* p = wpe + static_cast<std::size_t>(t) * C;
+    float* o = out + bt * C;
+    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+  });
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                      int T, int C) {
+  // Scatter into dwte: different rows may share a token, so split by columns, not rows.
+  par_col_blocks("encoder_backward", C, [=](int c0, int c1) {
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t) {
+        const std::size_t bt = static_cast<std::size_t>(b) * T + t;
+        const float* d = dout + bt * C;
+        float* we = dwte + static_cast<std::size_t>(tokens[bt]) * C;
+        float* wp = dwpe + static_cast<std::size_t>(t) * C;
+        for (int c = c0; c < c1; ++c) {
+          we[c] += d[c];
+          wp[c] += d[c];
+        }
+      }
+    }
+  });
+}
+
+// ---- layer norm -----------------------------------------------------------------------------
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int N, int C) {
+  par_for("layernorm_forward", N, [=](std::size_t n) {
+    const float* x = inp + n * C;
+    float s = 0.0f;
+    for (int c = 0; c < C; ++c) s += x[c];
+    const float m = s / C;
+    float v = 0.0f;
+    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    const float r = 1.0f / std::sqrt(v / C + kLayerNormEps);
+    float* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = r;
+  });
+}
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w,
+                              const float* mean, const float* rstd, int N, int C) {
+  par_for("layernorm_backward_input", N, [=](std::size_t n) {
+    const float* x = inp + n * C;
+    const float* d = dout + n * C;
+    const float m = mean[n];
+    const float r = rstd[n];
+    float dnorm_mean = 0.0f;
+    float dnorm_norm_mean = 0.0f;
+    for (int c = 0; c < C; ++c) {
+      const float dnorm = d[c] * w[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * (x[c] - m) * r;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    float* dx = dinp + n * C;
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - m) * r;
+      dx[c] += (d[c] * w[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
+    }
+  });
+}
+
+void layernorm_backward_weight(float* dw, float* db, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int N, int C) {
+  par_col_blocks("layernorm_backward_weight", C, [=](int c0, int c1) {
+    for (int n = 0; n < N; ++n) {
+      const float* x = inp + static_cast<std::size_t>(n) * C;
+      const float* d = dout + static_cast<std::size_t>(n) * C;
+      const float m = mean[n];
+      const float r = rstd[n];
+      for (int c = c0; c < c1; ++c) {
+        dw[c] += d[c] * (x[c] - m) * r;
+        db[c] += d[c];
+      }
+    }
+  });
+}
+
+// ---- linear ---------------------------------------------------------------------------------
+
+void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C,
+                    int OC) {
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    par_for("matmul_bias", N, [=](std::size_t n) {
+      float* o = out + n * OC;
+      for (int k = 0; k < OC; ++k) o[k] = bias[k];
+    });
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out,
+              OC);
+}
+
+void matmul_backward_input(float* dinp, const float* dout, const float* w, int N, int C, int OC) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
+              dinp, C);
+}
+
+void matmul_backward_weight(float* dw, float* dbias, const float* dout, const float* inp, int N,
+                            int C, int OC) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
+              C);
+  if (dbias != nullptr) {
+    par_col_blocks("matmul_dbias", OC, [=](int k0, int k1) {
+      for (int n = 0; n < N; ++n) {
+        const float* d = dout + static_cast<std::size_t>(n) * OC;
+        for (int k = k0; k < k1; ++k) dbias[k] += d[k];
+      }
+    });
+  }
+}
+
+// ---- attention ------------------------------------------------------------------------------
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  const int HS = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  // One (b,h) pair at a time: each step is two GEMMs plus a row softmax over a (T,T) tile.
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const float* q = qkv + static_cast<std::size_t>(b) * T * C3 + h * HS;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* p = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+      // scores (T,T) = q (T,HS) @ k^T * scale
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, 0.0f, p,
+                  T);
+      par_for("attention_softmax", T, [=](std::size_t i) {
+        float* row = p + i * T;
+        float mx = row[0];
+        for (std::size_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+        float s = 0.0f;
+        for (std::size_t j = 0; j <= i; ++j) {
+          row[j] = fast_exp(row[j] - mx);
+          s += row[j];
+        }
+        const float inv = 1.0f / s;
+        for (std::size_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (std::size_t j = i + 1; j < static_cast<std::size_t>(T); ++j) row[j] = 0.0f;
+      });
+      float* o = out + static_cast<std::size_t>(b) * T * C + h * HS;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, C3, 0.0f, o,
+                  C);
+    }
+  }
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH) {
+  const int HS = C / NH;
+  const int C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* ds = scratch; // (T,T): d probabilities, then d scores
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const std::size_t qoff = static_cast<std::size_t>(b) * T * C3 + h * HS;
+      const float* q = qkv + qoff;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + qoff;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* p = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+      const float* dout_h = dout + static_cast<std::size_t>(b) * T * C + h * HS;
+      // dP (T,T) = dout_h (T,HS) @ v^T ;  dv += P^T @ dout_h
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dout_h, C, v, C3, 0.0f,
+                  ds, T);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, dout_h, C, 1.0f,
+                  dv, C3);
+      // softmax backward, row by row: dS = P * (dP - sum_j P dP)
+      par_for("attention_softmax_backward", T, [=](std::size_t i) {
+        const float* prow = p + i * T;
+        float* drow = ds + i * T;
+        float dot = 0.0f;
+        for (std::size_t j = 0; j <= i; ++j) dot += prow[j] * drow[j];
+        for (std::size_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - dot);
+        for (std::size_t j = i + 1; j < static_cast<std::size_t>(T); ++j) drow[j] = 0.0f;
+      });
+      // scores = scale * q k^T  =>  dq += scale dS @ k ; dk += scale dS^T @ q
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, ds, T, k, C3, 1.0f,
+                  dq, C3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, ds, T, q, C3, 1.0f, dk,
+                  C3);
+    }
+  }
+}
+
+// ---- elementwise ----------------------------------------------------------------------------
+
+void gelu_forward(float* out, const float* inp, std::size_t n) {
+  par_chunks("gelu_forward", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const float x = inp[i];
+      const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+      out[i] = 0.5f * x * (1.0f + t);
+    }
+  });
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  par_chunks("gelu_backward", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const float x = inp[i];
+      const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+      const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+      dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    }
+  });
+}
+
+void add(float* out, const float* a, const float* b, std::size_t n) {
+  par_chunks("add", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+void accumulate(float* acc, const float* x, std::size_t n) {
+  par_chunks("accumulate", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) acc[i] += x[i];
+  });
+}
+
+void zero(float* x, std::size_t n) {
+  par_chunks("zero", n, [=](std::size_t i0, std::size_t i1) {
+    std::fill(x + i0, x + i1, 0.0f);
+  });
+}
+
+void scale(float* x, float s, std::size_t n) {
+  par_chunks("scale", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) x[i] *= s;
+  });
+}
+
+double sum_squares(const float* x, std::size_t n) {
+  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+  double total = 0.0;
+  Kokkos::parallel_reduce(
+      "sum_squares", Kokkos::RangePolicy<HostSpace>(0, chunks),
+      [=](std::size_t c, double& acc) {
+        const std::size_t i1 = std::min(n, (c + 1) * kChunk);
+        float part = 0.0f; // one chunk in float, chunks summed in double
+        for (std::size_t i = c * kChunk; i < i1; ++i) part += x[i] * x[i];
+        acc += part;
+      },
+      total);
+  return total;
+}
+
+// ---- loss -----------------------------------------------------------------------------------
+
+void crossentropy_forward(float* losses, float* probs, const float* logits,
+                          const int32_t* targets, int N, int V) {
+  par_for("crossentropy_forward", N, [=](std::size_t n) {
+    const float* z = logits + n * V;
+    float* p = probs + n * V;
+    const float z_target = z[targets[n]]; // read before p may overwrite z (in-place use)
+    float mx = z[0];
+    for (int i = 1; i < V; ++i) mx = std::max(mx, z[i]);
+    float s = 0.0f;
+    for (int i = 0; i < V; ++i) {
+      p[i] = fast_exp(z[i] - mx);
+      s += p[i];
+    }
+    const float inv = 1.0f / s;
+    for (int i = 0; i < V; ++i) p[i] *= inv;
+    // log-sum-exp form keeps precision when p[target] is tiny
+    losses[n] = std::log(s) + mx - z_target;
+  });
+}
+
+void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                           int N, int V) {
+  par_for("crossentropy_backward", N, [=](std::size_t n) {
+    const float* p = probs + n * V;
+    float* d = dlogits + n * V;
+    for (int i = 0; i < V; ++i) d[i] = p[i] * dloss;
+    d[targets[n]] -= dloss;
+  });
+}
+
+// ---- optimizer ------------------------------------------------------------------------------
+
+void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n,
+                  const AdamWStep& s) {
+  // Same operation order as torch.optim.AdamW (decay, moments, bias-corrected step).
+  const float decay = 1.0f - s.lr * s.weight_decay;
+  const float step_size = static_cast<float>(s.lr / (1.0 - s.beta1_t));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - s.beta2_t));
+  par_chunks("adamw_update", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      const float g = grad[i] * s.grad_scale;
+      float p = param[i] * decay;
+      const float mi = m[i] + (1.0f - s.beta1) * (g - m[i]);
+      const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
+      p -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + s.eps);
+      param[i] = p;
+      m[i] = mi;
+      v[i] = vi;
+    }
+  });
+}
+
+} // namespace pt::ops

@@ -1,0 +1,100 @@
+// The input deck (DESIGN.md section 4) as a typed, validated RunConfig.
+// Every key, its default and its range are documented in docs/deck.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pt {
+
+struct ModelConfig {
+  int n_layer = 0;
+  int n_head = 0;
+  int d_model = 0;
+  int seq_len = 0;
+  int vocab_size = 0;
+  bool tie_embeddings = true;
+};
+
+struct ParallelConfig {
+  int pp = 1;
+  int dp = 0; // 0 in the deck: ranks / (pp*tp)
+  int tp = 1;
+  int virtual_stages = 1;
+  std::string schedule = "1f1b";
+  int micro_batches = 0;           // per pipeline per step; derived from the batch sizes
+  std::string partition = "uniform";
+  std::vector<int> partition_layers; // explicit list, when partition is a list
+};
+
+struct TrainConfig {
+  int steps = 0;
+  int global_batch = 0; // sequences per optimizer step, all data-parallel ranks together
+  int micro_batch = 0;  // sequences per forward/backward
+  double lr = 3e-4;
+  double min_lr = -1.0; // <0 in the deck: lr / 10
+  int warmup_steps = 0;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0; // 0: off
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  std::uint64_t seed = 1337;
+};
+
+struct DataConfig {
+  std::string path;
+  std::string val_path;
+  int val_every = 0;   // 0: no validation during training
+  int val_batches = 4; // micro-batches per validation pass
+};
+
+struct CommConfig {
+  std::string allreduce = "auto";
+  std::string topology = "auto";
+  double bucket_mb = 25.0;
+  int ranks_per_node = 0; // 0: detect from shared memory
+};
+
+struct DeviceConfig {
+  std::string kind = "host";
+  int blas_threads = 0; // 0: cores per node / ranks per node
+};
+
+struct LogConfig {
+  int every = 1;
+  std::string dir = "runs";
+  bool trace = false;
+};
+
+struct RuntimeConfig {
+  double hang_timeout_s = 0.0;
+  bool deterministic = false;
+  int exit_after_steps = 0;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  DataConfig data;
+  CommConfig comm;
+  DeviceConfig device;
+  LogConfig log;
+  RuntimeConfig runtime;
+
+  std::string deck_path;     // where the deck came from (for messages)
+  std::string resolved_text; // the deck with overrides and defaults applied, as TOML
+
+  // Micro-batches each data-parallel rank runs per step.
+  int accumulation() const { return train.global_batch / (parallel.dp * train.micro_batch); }
+};
+
+// Parses deck text plus `section.key=value` overrides (applied in order; the last wins) and
+// validates it for a job of `world_size` ranks. Throws pt::Error(bad_input) with one message
+// naming the file or override, the key, what was found and what to change.
+RunConfig parse_deck(const std::string& text, const std::string& deck_path,
+                     const std::vector<std::string>& overrides, int world_size);
+
+} // namespace pt

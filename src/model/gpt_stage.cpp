@@ -1,0 +1,310 @@
+#include "model/gpt_stage.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "ops.hpp"
+#include "util/hash.hpp"
+
+namespace pt {
+namespace {
+
+void copy(float* dst, const float* src, std::size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+
+std::uint64_t name_hash(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ULL; // FNV-1a
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+} // namespace
+
+std::size_t StageActivations::bytes() const {
+  std::size_t b = tokens.bytes() + targets.bytes() + input.bytes() + lnf.bytes() +
+                  lnf_mean.bytes() + lnf_rstd.bytes() + probs.bytes() + losses.bytes();
+  for (const auto& k : blocks) {
+    b += k.ln1.bytes() + k.ln1_mean.bytes() + k.ln1_rstd.bytes() + k.qkv.bytes() + k.att.bytes() +
+         k.atty.bytes() + k.res2.bytes() + k.ln2.bytes() + k.ln2_mean.bytes() +
+         k.ln2_rstd.bytes() + k.fch.bytes() + k.fch_gelu.bytes() + k.out.bytes();
+  }
+  return b;
+}
+
+GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch)
+    : model_(model), spec_(stage), B_(micro_batch), T_(model.seq_len), C_(model.d_model),
+      NH_(model.n_head), V_(model.vocab_size), N_(micro_batch * model.seq_len),
+      layout_(model, stage), params_(layout_.total()), grads_(layout_.total()),
+      d_fch_gelu_(static_cast<std::size_t>(N_) * 4 * C_),
+      d_atty_(static_cast<std::size_t>(N_) * C_),
+      att_scratch_(static_cast<std::size_t>(T_) * T_) {}
+
+BlockTensors GptStage::block(float* base, int layer) const {
+  const std::string p = layer_prefix(layer);
+  auto at = [&](const char* n) { return base + layout_.at(p + n).offset; };
+  return {at("ln1/weight"),      at("ln1/bias"),      at("attn/qkv/weight"),
+          at("attn/qkv/bias"),   at("attn/proj/weight"), at("attn/proj/bias"),
+          at("ln2/weight"),      at("ln2/bias"),      at("mlp/fc/weight"),
+          at("mlp/fc/bias"),     at("mlp/proj/weight"), at("mlp/proj/bias")};
+}
+
+EdgeTensors GptStage::edges(float* base) const {
+  EdgeTensors e;
+  auto opt = [&](const char* n) { return layout_.has(n) ? base + layout_.at(n).offset : nullptr; };
+  e.wte = opt("wte");
+  e.wpe = opt("wpe");
+  e.lnf_w = opt("lnf/weight");
+  e.lnf_b = opt("lnf/bias");
+  e.lm_head = model_.tie_embeddings ? e.wte : opt("lm_head/weight");
+  return e;
+}
+
+void GptStage::init_parameters(std::uint64_t seed) {
+  const double resid_std = 0.02 / std::sqrt(2.0 * model_.n_layer);
+  for (const auto& t : layout_.tensors()) {
+    float* p = params_.data() + t.offset;
+    const bool is_norm = t.name.find("ln") != std::string::npos &&
+                         t.name.find("lm_head") == std::string::npos;
+    if (ends_with(t.name, "bias")) {
+      std::fill(p, p + t.size, 0.0f);
+    } else if (is_norm) {
+      std::fill(p, p + t.size, 1.0f);
+    } else {
+      const bool resid = ends_with(t.name, "attn/proj/weight") || ends_with(t.name, "mlp/proj/weight");
+      const double std = resid ? resid_std : 0.02;
+      const std::uint64_t h = name_hash(t.name);
+      for (std::size_t i = 0; i < t.size; ++i) {
+        // Box-Muller on two counter-based uniforms
+        const double u1 = unit_open0(hash3(seed, h, 2 * i));
+        const double u2 = unit_open0(hash3(seed, h, 2 * i + 1));
+        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+        p[i] = static_cast<float>(std * z);
+      }
+    }
+  }
+}
+
+void GptStage::zero_grads() { ops::zero(grads_.data(), grads_.size()); }
+
+StageActivations GptStage::make_activations() const {
+  const std::size_t N = N_, C = C_;
+  StageActivations a;
+  a.tokens = Buffer<std::int32_t>(N);
+  a.targets = Buffer<std::int32_t>(N);
+  a.input = FloatBuffer(N * C);
+  for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
+    BlockActivations k;
+    k.ln1 = FloatBuffer(N * C);
+    k.ln1_mean = FloatBuffer(N);
+    k.ln1_rstd = FloatBuffer(N);
+    k.qkv = FloatBuffer(N * 3 * C);
+    k.att = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_);
+    k.atty = FloatBuffer(N * C);
+    k.res2 = FloatBuffer(N * C);
+    k.ln2 = FloatBuffer(N * C);
+    k.ln2_mean = FloatBuffer(N);
+    k.ln2_rstd = FloatBuffer(N);
+    k.fch = FloatBuffer(N * 4 * C);
+    k.fch_gelu = FloatBuffer(N * 4 * C);
+    k.out = FloatBuffer(N * C);
+    a.blocks.push_back(std::move(k));
+  }
+  if (spec_.last) {
+    a.lnf = FloatBuffer(N * C);
+    a.lnf_mean = FloatBuffer(N);
+    a.lnf_rstd = FloatBuffer(N);
+    a.probs = FloatBuffer(N * static_cast<std::size_t>(V_));
+    a.losses = FloatBuffer(N);
+  }
+  return a;
+}
+
+StageStash GptStage::make_stash(std::size_t blocks) const {
+  const std::size_t N = N_, C = C_;
+  StageStash s;
+  for (std::size_t l = 0; l < blocks; ++l) {
+    BlockStash b;
+    b.d_fch = FloatBuffer(N * 4 * C);
+    b.d_ln2 = FloatBuffer(N * C);
+    b.d_res2 = FloatBuffer(N * C);
+    b.d_qkv = FloatBuffer(N * 3 * C);
+    b.d_ln1 = FloatBuffer(N * C);
+    b.dx = FloatBuffer(N * C);
+    s.blocks.push_back(std::move(b));
+  }
+  if (spec_.last) {
+    s.d_lnf = FloatBuffer(N * C);
+    s.d_output = FloatBuffer(N * C);
+  }
+  s.d_input = FloatBuffer(N * C);
+  return s;
+}
+
+const float* GptStage::block_input(const StageActivations& a, int i) const {
+  return i == 0 ? a.input.data() : a.blocks[static_cast<std::size_t>(i) - 1].out.data();
+}
+
+// ---- forward --------------------------------------------------------------------------------
+
+void GptStage::block_forward(int i, const float* x, BlockActivations& a) {
+  const BlockTensors w = block(params_.data(), spec_.layer_begin + i);
+  const int N = N_, C = C_;
+  ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b,
+                         N, C);
+  ops::matmul_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * C);
+  ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, T_, C, NH_);
+  ops::matmul_forward(a.res2.data(), a.atty.data(), w.proj_w, w.proj_b, N, C, C);
+  ops::accumulate(a.res2.data(), x, a.res2.size());
+  ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
+                         w.ln2_w, w.ln2_b, N, C);
+  ops::matmul_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, N, C, 4 * C);
+  ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), a.fch.size());
+  ops::matmul_forward(a.out.data(), a.fch_gelu.data(), w.fcp_w, w.fcp_b, N, 4 * C, C);
+  ops::accumulate(a.out.data(), a.res2.data(), a.out.size());
+}
+
+float GptStage::forward(StageActivations& a) {
+  const EdgeTensors e = edges(params_.data());
+  if (spec_.first) ops::encoder_forward(a.input.data(), a.tokens.data(), e.wte, e.wpe, B_, T_, C_);
+  for (std::size_t i = 0; i < a.blocks.size(); ++i) {
+    block_forward(static_cast<int>(i), block_input(a, static_cast<int>(i)), a.blocks[i]);
+  }
+  if (!spec_.last) return 0.0f;
+  const float* x = block_input(a, static_cast<int>(a.blocks.size()));
+  ops::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b,
+                         N_, C_);
+  ops::matmul_forward(a.probs.data(), a.lnf.data(), e.lm_head, nullptr, N_, C_, V_);
+  ops::crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
+                            V_);
+  double sum = 0.0;
+  for (int n = 0; n < N_; ++n) sum += a.losses[static_cast<std::size_t>(n)];
+  return static_cast<float>(sum / N_);
+}
+
+// ---- backward -------------------------------------------------------------------------------
+
+void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
+                                    BlockStash& s) {
+  const BlockTensors w = block(params_.data(), spec_.layer_begin + i);
+  const int N = N_, C = C_;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  s.dout = dout;
+  // MLP branch
+  ops::zero(d_fch_gelu_.data(), d_fch_gelu_.size());
+  ops::matmul_backward_input(d_fch_gelu_.data(), dout, w.fcp_w, N, 4 * C, C);
+  ops::gelu_backward(s.d_fch.data(), a.fch.data(), d_fch_gelu_.data(), d_fch_gelu_.size());
+  ops::zero(s.d_ln2.data(), NC);
+  ops::matmul_backward_input(s.d_ln2.data(), s.d_fch.data(), w.fc_w, N, C, 4 * C);
+  copy(s.d_res2.data(), dout, NC); // residual path
+  ops::layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
+                                a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  // attention branch
+  ops::zero(d_atty_.data(), NC);
+  ops::matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, C, C);
+  ops::zero(s.d_qkv.data(), s.d_qkv.size());
+  ops::attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(),
+                          a.att.data(), B_, T_, C, NH_);
+  ops::zero(s.d_ln1.data(), NC);
+  ops::matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * C);
+  copy(s.dx.data(), s.d_res2.data(), NC); // residual path
+  ops::layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean.data(),
+                                a.ln1_rstd.data(), N, C);
+}
+
+void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
+                                     const BlockStash& s) {
+  const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
+  const int N = N_, C = C_;
+  ops::matmul_backward_weight(g.fcp_w, g.fcp_b, s.dout, a.fch_gelu.data(), N, 4 * C, C);
+  ops::matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), a.ln2.data(), N, C, 4 * C);
+  ops::layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(),
+                                 a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  ops::matmul_backward_weight(g.proj_w, g.proj_b, s.d_res2.data(), a.atty.data(), N, C, C);
+  ops::matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), a.ln1.data(), N, C, 3 * C);
+  ops::layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
+                                 a.ln1_rstd.data(), N, C);
+}
+
+void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf,
+                                   float* dx) {
+  const EdgeTensors e = edges(params_.data());
+  const std::size_t NC = static_cast<std::size_t>(N_) * C_;
+  // probs become d logits in place
+  ops::crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_);
+  ops::zero(d_lnf, NC);
+  ops::matmul_backward_input(d_lnf, a.probs.data(), e.lm_head, N_, C_, V_);
+  const float* x = block_input(a, static_cast<int>(a.blocks.size()));
+  ops::zero(dx, NC);
+  ops::layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), N_,
+                                C_);
+}
+
+void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf) {
+  const EdgeTensors g = edges(grads_.data());
+  ops::matmul_backward_weight(g.lm_head, nullptr, a.probs.data(), a.lnf.data(), N_, C_, V_);
+  const float* x = block_input(a, static_cast<int>(a.blocks.size()));
+  ops::layernorm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data(),
+                                 N_, C_);
+}
+
+void GptStage::backward(StageActivations& a, const float* dout, float loss_scale,
+                        float* d_input) {
+  // One block stash reused block after block; the gradient flowing down the stage lives in
+  // fused_.d_input, which also ends up holding the stage input's gradient.
+  if (fused_.blocks.empty()) fused_ = make_stash(1);
+  const std::size_t NC = static_cast<std::size_t>(N_) * C_;
+  float* flow = fused_.d_input.data();
+  const float* grad = dout;
+  if (spec_.last) {
+    head_backward_input(a, loss_scale, fused_.d_lnf.data(), flow);
+    head_backward_weight(a, fused_.d_lnf.data());
+    grad = flow;
+  }
+  BlockStash& b = fused_.blocks[0];
+  for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
+    const float* x = block_input(a, i);
+    block_backward_input(i, x, a.blocks[static_cast<std::size_t>(i)], grad, b);
+    block_backward_weight(i, x, a.blocks[static_cast<std::size_t>(i)], b);
+    copy(flow, b.dx.data(), NC);
+    grad = flow;
+  }
+  if (grad != flow) copy(flow, grad, NC); // a stage with no blocks passes dout through
+  if (spec_.first) {
+    const EdgeTensors g = edges(grads_.data());
+    ops::encoder_backward(g.wte, g.wpe, flow, a.tokens.data(), B_, T_, C_);
+  }
+  if (d_input != nullptr) copy(d_input, flow, NC);
+}
+
+void GptStage::backward_input(StageActivations& a, const float* dout, float loss_scale,
+                              StageStash& s) {
+  const float* grad = dout;
+  if (spec_.last) {
+    head_backward_input(a, loss_scale, s.d_lnf.data(), s.d_output.data());
+    grad = s.d_output.data();
+  }
+  for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
+    block_backward_input(i, block_input(a, i), a.blocks[static_cast<std::size_t>(i)], grad,
+                         s.blocks[static_cast<std::size_t>(i)]);
+    grad = s.blocks[static_cast<std::size_t>(i)].dx.data();
+  }
+  // gradient of the stage input (what a pipeline sends to the previous stage)
+  if (grad != s.d_input.data()) copy(s.d_input.data(), grad, s.d_input.size());
+}
+
+void GptStage::backward_weight(StageActivations& a, StageStash& s) {
+  if (spec_.last) head_backward_weight(a, s.d_lnf.data());
+  for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
+    block_backward_weight(i, block_input(a, i), a.blocks[static_cast<std::size_t>(i)],
+                          s.blocks[static_cast<std::size_t>(i)]);
+  }
+  if (spec_.first) {
+    const EdgeTensors g = edges(grads_.data());
+    ops::encoder_backward(g.wte, g.wpe, s.d_input.data(), a.tokens.data(), B_, T_, C_);
+  }
+}
+
+} // namespace pt

@@ -1,0 +1,147 @@
+// The part of the GPT (DESIGN.md section 5) that one pipeline stage holds, with its parameters
+// and gradients in one flat buffer each, and forward / backward-input / backward-weight per block
+// so that zero-bubble schedules can run the two halves of the backward at different times.
+//
+// B = micro-batch, T = seq_len, C = d_model, NH = heads, V = vocab, N = B*T.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "model/param_layout.hpp"
+#include "util/buffer.hpp"
+
+namespace pt {
+
+// Pointers to one transformer block's tensors inside a flat buffer (parameters or gradients).
+struct BlockTensors {
+  float* ln1_w;   // (C)
+  float* ln1_b;   // (C)
+  float* qkv_w;   // (3C, C)
+  float* qkv_b;   // (3C)
+  float* proj_w;  // (C, C)
+  float* proj_b;  // (C)
+  float* ln2_w;   // (C)
+  float* ln2_b;   // (C)
+  float* fc_w;    // (4C, C)
+  float* fc_b;    // (4C)
+  float* fcp_w;   // (C, 4C)
+  float* fcp_b;   // (C)
+};
+
+// Non-block tensors (null when the stage does not hold them).
+struct EdgeTensors {
+  float* wte = nullptr;     // (V, C)
+  float* wpe = nullptr;     // (T, C)
+  float* lnf_w = nullptr;   // (C)
+  float* lnf_b = nullptr;   // (C)
+  float* lm_head = nullptr; // (V, C): wte when tied
+};
+
+// Activations a block keeps from forward to backward for one micro-batch.
+struct BlockActivations {
+  FloatBuffer ln1, ln1_mean, ln1_rstd; // (N,C), (N), (N)
+  FloatBuffer qkv;                     // (N,3C)
+  FloatBuffer att;                     // (B,NH,T,T) softmax probabilities
+  FloatBuffer atty;                    // (N,C) attention output before proj
+  FloatBuffer res2;                    // (N,C) x + attention branch
+  FloatBuffer ln2, ln2_mean, ln2_rstd; // (N,C), (N), (N)
+  FloatBuffer fch, fch_gelu;           // (N,4C)
+  FloatBuffer out;                     // (N,C) block output = res2 + MLP branch
+};
+
+// One micro-batch in flight through a stage.
+struct StageActivations {
+  Buffer<std::int32_t> tokens;  // (B,T) first stage
+  Buffer<std::int32_t> targets; // (B,T) last stage
+  FloatBuffer input;            // (N,C) stage input: embedding output, or received activation
+  std::vector<BlockActivations> blocks;
+  FloatBuffer lnf, lnf_mean, lnf_rstd; // last stage
+  FloatBuffer probs;                   // (N,V) softmax, then d logits after backward-input
+  FloatBuffer losses;                  // (N)
+  std::size_t bytes() const;
+};
+
+// Gradients a block's backward-input leaves for its backward-weight.
+struct BlockStash {
+  const float* dout = nullptr; // (N,C) gradient of the block output (owned elsewhere)
+  FloatBuffer d_fch;           // (N,4C) gradient before GELU
+  FloatBuffer d_ln2;           // (N,C)
+  FloatBuffer d_res2;          // (N,C)
+  FloatBuffer d_qkv;           // (N,3C)
+  FloatBuffer d_ln1;           // (N,C)
+  FloatBuffer dx;              // (N,C) gradient of the block input
+};
+
+// What a whole stage's backward-input leaves for its backward-weight (split backward).
+struct StageStash {
+  std::vector<BlockStash> blocks;
+  FloatBuffer d_lnf;    // (N,C) last stage: gradient of the final norm's output
+  FloatBuffer d_output; // (N,C) last stage: gradient of the last block's output (from the head)
+  FloatBuffer d_input;  // (N,C) gradient of the stage input
+};
+
+class GptStage {
+public:
+  GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch);
+
+  const ParamLayout& layout() const { return layout_; }
+  const StageSpec& spec() const { return spec_; }
+  const ModelConfig& model() const { return model_; }
+  int micro_batch() const { return B_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  std::size_t num_params() const { return layout_.total(); }
+
+  // Fills the parameters per DESIGN.md section 5 from (seed, tensor name, index): the same
+  // values whatever the layout.
+  void init_parameters(std::uint64_t seed);
+  void zero_grads();
+
+  StageActivations make_activations() const;
+  // Stash for the split backward: one BlockStash per block (or only one when `blocks` is 1).
+  StageStash make_stash(std::size_t blocks) const;
+  StageStash make_stash() const { return make_stash(spec_.layer_end - spec_.layer_begin); }
+
+  // Forward one micro-batch. First stage reads a.tokens, others a.input. Last stage reads
+  // a.targets and returns the mean loss over the micro-batch's tokens; others return 0.
+  float forward(StageActivations& a);
+
+  // Backward of one micro-batch, both halves at once (least memory). `dout` (N,C) is the
+  // gradient of the stage output (ignored on the last stage, where the loss starts it; there
+  // `loss_scale` = d(total loss)/d(token loss)). Writes the stage input's gradient to d_input
+  // (N,C) when not null. Gradients accumulate into grads().
+  void backward(StageActivations& a, const float* dout, float loss_scale, float* d_input);
+
+  // The same backward in two halves. backward_input fills s (and s.d_input); dout must stay
+  // alive until backward_weight has run.
+  void backward_input(StageActivations& a, const float* dout, float loss_scale, StageStash& s);
+  void backward_weight(StageActivations& a, StageStash& s);
+
+private:
+  BlockTensors block(float* base, int layer) const;
+  EdgeTensors edges(float* base) const;
+  const float* block_input(const StageActivations& a, int i) const;
+
+  void block_forward(int i, const float* x, BlockActivations& a);
+  void block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
+                            BlockStash& s);
+  void block_backward_weight(int i, const float* x, BlockActivations& a, const BlockStash& s);
+  void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx);
+  void head_backward_weight(StageActivations& a, const float* d_lnf);
+
+  ModelConfig model_;
+  StageSpec spec_;
+  int B_, T_, C_, NH_, V_, N_;
+  ParamLayout layout_;
+  FloatBuffer params_;
+  FloatBuffer grads_;
+  // scratch shared by all micro-batches (single-threaded use)
+  FloatBuffer d_fch_gelu_; // (N,4C)
+  FloatBuffer d_atty_;     // (N,C)
+  FloatBuffer att_scratch_; // (T,T)
+  StageStash fused_;        // one block's stash, reused by backward() block after block
+};
+
+} // namespace pt

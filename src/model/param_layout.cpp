@@ -1,0 +1,81 @@
+#include "model/param_layout.hpp"
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace pt {
+
+std::string layer_prefix(int layer) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "h/%03d/", layer);
+  return buf;
+}
+
+void ParamLayout::add(std::string name, std::vector<int> shape, bool decay, int layer) {
+  ParamTensor t;
+  t.name = std::move(name);
+  t.size = 1;
+  for (int s : shape) t.size *= static_cast<std::size_t>(s);
+  t.shape = std::move(shape);
+  t.offset = total_;
+  t.decay = decay;
+  t.layer = layer;
+  // keep every tensor 64-byte aligned inside the flat buffer
+  total_ += (t.size + 15) / 16 * 16;
+  tensors_.push_back(std::move(t));
+}
+
+ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage) {
+  const int C = m.d_model;
+  const int V = m.vocab_size;
+  // The tied LM head uses wte, so the last stage holds wte too (its gradient is reduced with
+  // the first stage's when they are different ranks).
+  if (stage.first || (stage.last && m.tie_embeddings)) add("wte", {V, C}, true, -1);
+  if (stage.first) add("wpe", {m.seq_len, C}, true, -1);
+  for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+    const std::string p = layer_prefix(l);
+    add(p + "ln1/weight", {C}, false, l);
+    add(p + "ln1/bias", {C}, false, l);
+    add(p + "attn/qkv/weight", {3 * C, C}, true, l);
+    add(p + "attn/qkv/bias", {3 * C}, false, l);
+    add(p + "attn/proj/weight", {C, C}, true, l);
+    add(p + "attn/proj/bias", {C}, false, l);
+    add(p + "ln2/weight", {C}, false, l);
+    add(p + "ln2/bias", {C}, false, l);
+    add(p + "mlp/fc/weight", {4 * C, C}, true, l);
+    add(p + "mlp/fc/bias", {4 * C}, false, l);
+    add(p + "mlp/proj/weight", {C, 4 * C}, true, l);
+    add(p + "mlp/proj/bias", {C}, false, l);
+  }
+  if (stage.last) {
+    add("lnf/weight", {C}, false, -1);
+    add("lnf/bias", {C}, false, -1);
+    if (!m.tie_embeddings) add("lm_head/weight", {V, C}, true, -1);
+  }
+}
+
+const ParamTensor& ParamLayout::at(const std::string& name) const {
+  for (const auto& t : tensors_) {
+    if (t.name == name) return t;
+  }
+  throw std::out_of_range("parameter '" + name + "' is not held by this stage");
+}
+
+bool ParamLayout::has(const std::string& name) const {
+  for (const auto& t : tensors_) {
+    if (t.name == name) return true;
+  }
+  return false;
+}
+
+std::size_t count_model_params(const ModelConfig& m) {
+  const std::size_t C = static_cast<std::size_t>(m.d_model);
+  const std::size_t V = static_cast<std::size_t>(m.vocab_size);
+  const std::size_t per_layer = 12 * C * C + 13 * C;
+  std::size_t n = V * C + static_cast<std::size_t>(m.seq_len) * C +
+                  per_layer * static_cast<std::size_t>(m.n_layer) + 2 * C;
+  if (!m.tie_embeddings) n += V * C;
+  return n;
+}
+
+} // namespace pt

@@ -1,0 +1,89 @@
+#include "parallel/layout.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "util/errors.hpp"
+
+namespace pt {
+
+Coords coords_of(int rank, int pp, int dp, int tp) {
+  (void)pp;
+  return Coords{rank / (tp * dp), (rank / tp) % dp, rank % tp};
+}
+
+Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
+    : world_(world), pp_(p.pp), dp_(p.dp), tp_(p.tp) {
+  PT_MPI(MPI_Comm_rank(world_, &rank_));
+  PT_MPI(MPI_Comm_size(world_, &size_));
+  me_ = coords_of(rank_, pp_, dp_, tp_);
+  PT_MPI(MPI_Comm_split(world_, me_.pp * tp_ + me_.tp, me_.dp, &dp_comm_));
+
+  // Nodes: ranks sharing memory, or blocks of comm.ranks_per_node consecutive ranks (lets one
+  // machine pretend to be several nodes in tests).
+  int node_key = 0;
+  if (c.ranks_per_node > 0) {
+    node_key = rank_ / c.ranks_per_node;
+    PT_MPI(MPI_Comm_split(world_, node_key, rank_, &node_comm_));
+  } else {
+    PT_MPI(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm_));
+    int leader = rank_;
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node_comm_));
+    node_key = leader;
+  }
+  PT_MPI(MPI_Comm_size(node_comm_, &ranks_on_node_));
+  std::vector<int> keys(static_cast<std::size_t>(size_));
+  PT_MPI(MPI_Allgather(&node_key, 1, MPI_INT, keys.data(), 1, MPI_INT, world_));
+  std::vector<int> distinct = keys;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  nodes_ = static_cast<int>(distinct.size());
+  auto index = [&](int key) {
+    return static_cast<int>(std::lower_bound(distinct.begin(), distinct.end(), key) -
+                            distinct.begin());
+  };
+  node_ = index(node_key);
+
+  char host[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  PT_MPI(MPI_Get_processor_name(host, &len));
+  std::vector<char> all(rank_ == 0 ? static_cast<std::size_t>(size_) * MPI_MAX_PROCESSOR_NAME : 1);
+  PT_MPI(MPI_Gather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                    MPI_CHAR, 0, world_));
+  if (rank_ == 0) {
+    for (int r = 0; r < size_; ++r) {
+      hosts_.emplace_back(all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+      node_of_.push_back(index(keys[static_cast<std::size_t>(r)]));
+    }
+  }
+}
+
+Layout::~Layout() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (dp_comm_ != MPI_COMM_NULL) MPI_Comm_free(&dp_comm_);
+  if (node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
+}
+
+std::string Layout::table() const {
+  if (rank_ != 0) return {};
+  std::ostringstream os;
+  os << "layout: pp " << pp_ << " x dp " << dp_ << " x tp " << tp_ << " = " << size_
+     << " ranks on " << nodes_ << " node(s)\n";
+  os << "  rank  node  pp  dp  tp  host\n";
+  constexpr int kShown = 64; // a big job prints the first ranks only
+  for (int r = 0; r < size_ && r < kShown; ++r) {
+    const Coords c = coords_of(r, pp_, dp_, tp_);
+    char line[256];
+    std::snprintf(line, sizeof line, "  %4d  %4d  %2d  %2d  %2d  %s\n", r,
+                  node_of_[static_cast<std::size_t>(r)], c.pp, c.dp, c.tp,
+                  hosts_[static_cast<std::size_t>(r)].c_str());
+    os << line;
+  }
+  if (size_ > kShown) os << "  ... " << (size_ - kShown) << " more ranks\n";
+  return os.str();
+}
+
+} // namespace pt

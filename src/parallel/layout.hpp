@@ -1,0 +1,57 @@
+// The 3D layout of the job: world = pp x dp x tp, tp innermost, then dp, then pp
+// (rank r -> tp = r % tp, dp = (r / tp) % dp, pp = r / (tp*dp)), with a communicator per group and
+// the node each rank runs on. pp and tp are carried here although only dp > 1 runs today.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+
+namespace pt {
+
+struct Coords {
+  int pp = 0, dp = 0, tp = 0;
+};
+
+Coords coords_of(int rank, int pp, int dp, int tp);
+
+class Layout {
+public:
+  // Collective over `world`. The config must already be validated against the world size.
+  Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c);
+  ~Layout();
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+
+  MPI_Comm world() const { return world_; }
+  MPI_Comm dp_comm() const { return dp_comm_; } // same (pp, tp), all dp
+  MPI_Comm node_comm() const { return node_comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Coords coords() const { return me_; }
+  int pp() const { return pp_; }
+  int dp() const { return dp_; }
+  int tp() const { return tp_; }
+  int node() const { return node_; }             // node index, 0-based, in rank order
+  int nodes() const { return nodes_; }
+  int ranks_on_node() const { return ranks_on_node_; }
+
+  // The table of rank -> host, node, pp/dp/tp (rank 0 holds it; others get an empty string).
+  std::string table() const;
+
+private:
+  MPI_Comm world_;
+  MPI_Comm dp_comm_ = MPI_COMM_NULL;
+  MPI_Comm node_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  int pp_ = 1, dp_ = 1, tp_ = 1;
+  Coords me_;
+  int node_ = 0, nodes_ = 1, ranks_on_node_ = 1;
+  std::vector<std::string> hosts_; // rank 0 only
+  std::vector<int> node_of_;       // rank 0 only
+};
+
+} // namespace pt

@@ -1,0 +1,68 @@
+#include "telemetry/metrics.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "util/errors.hpp"
+
+namespace pt {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = std::lround(seconds);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  } else if (s >= 60) {
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lds", s);
+  }
+  return buf;
+}
+
+MetricsLog::MetricsLog(const std::string& dir, bool active) {
+  if (!active) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
+  file_ = ec ? nullptr : std::fopen(path_.c_str(), "a");
+  if (file_ == nullptr) {
+    throw input_error("log.dir: cannot write '" + path_ + "': " +
+                      (ec ? ec.message() : std::string(std::strerror(errno))) +
+                      "\n---> HINT: set log.dir to a writable directory");
+  }
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void MetricsLog::step(const StepMetrics& m, bool print) {
+  if (file_ == nullptr) return;
+  std::fprintf(file_,
+               "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6e, "
+               "\"tokens_per_s\": %.1f, \"step_time_s\": %.6f, \"tflops\": %.6f, \"mfu\": %.6f, "
+               "\"bubble\": %.6f, \"mem_bytes\": %.0f}\n",
+               m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_s, m.tflops, m.mfu,
+               m.bubble, m.mem_bytes);
+  std::fflush(file_);
+  if (!print) return;
+  std::printf("step %6d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %8.0f tok/s | MFU %5.1f%% | "
+              "bubble %4.1f%% | ETA %s\n",
+              m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu,
+              100.0 * m.bubble, format_duration(m.eta_s).c_str());
+  std::fflush(stdout);
+}
+
+void MetricsLog::validation(int step, double loss) {
+  if (file_ == nullptr) return;
+  std::fprintf(file_, "{\"step\": %d, \"val_loss\": %.6f}\n", step, loss);
+  std::fflush(file_);
+  std::printf("step %6d | val loss %.4f\n", step, loss);
+  std::fflush(stdout);
+}
+
+} // namespace pt

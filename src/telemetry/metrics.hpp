@@ -1,0 +1,45 @@
+// Per-step metrics (DESIGN.md section 9): one line on rank 0's stdout and one JSON object per
+// line in <log.dir>/metrics.jsonl.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace pt {
+
+struct StepMetrics {
+  int step = 0; // 1-based: optimizer updates done
+  int steps = 0;
+  double loss = 0.0;
+  double lr = 0.0;
+  double grad_norm = 0.0;
+  double tokens_per_s = 0.0;
+  double step_time_s = 0.0;
+  double tflops = 0.0;
+  double mfu = 0.0;    // fraction of the measured peak
+  double bubble = 0.0; // idle / step time, mean over pipeline ranks
+  double mem_bytes = 0.0;
+  double eta_s = 0.0;
+};
+
+class MetricsLog {
+public:
+  // Opens <dir>/metrics.jsonl (creating dir) on the rank that logs; throws pt::Error on failure.
+  MetricsLog(const std::string& dir, bool active);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  void step(const StepMetrics& m, bool print);
+  void validation(int step, double loss);
+  const std::string& path() const { return path_; }
+
+private:
+  std::FILE* file_ = nullptr;
+  std::string path_;
+};
+
+// "1h02m", "3m05s", "12s"
+std::string format_duration(double seconds);
+
+} // namespace pt

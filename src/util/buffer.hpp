@@ -1,0 +1,40 @@
+// A zero-initialized, 64-byte aligned array of floats (host memory). Movable, not copyable.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+namespace pt {
+
+template <class T> class Buffer {
+public:
+  Buffer() = default;
+  explicit Buffer(std::size_t n) : n_(n) {
+    if (n == 0) return;
+    const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    data_.reset(static_cast<T*>(p));
+  }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  std::size_t size() const { return n_; }
+  std::size_t bytes() const { return n_ * sizeof(T); }
+  T& operator[](std::size_t i) { return data_.get()[i]; }
+  const T& operator[](std::size_t i) const { return data_.get()[i]; }
+
+private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  std::size_t n_ = 0;
+};
+
+using FloatBuffer = Buffer<float>;
+
+} // namespace pt
