@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""PyTorch reference of pipetrain's GPT (DESIGN.md section 5) and the parity fixture writer.
+
+Writes tests/data/gpt_parity.h5, which tests/unit/test_parity.cpp checks pipetrain against:
+for a tied and an untied model, the float32 weights, one batch, its logits, mean loss and
+every parameter gradient, and ten AdamW steps (batches, learning rates, grad norms, losses)
+with warmup + cosine LR, global grad-norm clipping and decoupled weight decay.
+
+The reference computes in float64 from the float32 weights, so the fixture holds the exact
+answer for those weights; pipetrain (float32) must come within the test's tolerances.
+
+Needs Debian's python3-torch and python3-h5py (the system /usr/bin/python3):
+    /usr/bin/python3 tools/reference/gpt_reference.py [--out tests/data/gpt_parity.h5]
+"""
+import argparse
+import math
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+CONFIG = dict(n_layer=2, n_head=4, d_model=32, seq_len=16, vocab_size=64, batch=4)
+TRAIN = dict(steps=10, lr=3e-3, min_lr=3e-4, warmup_steps=3, weight_decay=0.1, grad_clip=0.5,
+             beta1=0.9, beta2=0.95, eps=1e-8)
+
+
+def param_names(cfg, tied):
+    names = ["wte", "wpe"]
+    for layer in range(cfg["n_layer"]):
+        p = f"h/{layer:03d}/"
+        names += [p + n for n in (
+            "ln1/weight", "ln1/bias", "attn/qkv/weight", "attn/qkv/bias", "attn/proj/weight",
+            "attn/proj/bias", "ln2/weight", "ln2/bias", "mlp/fc/weight", "mlp/fc/bias",
+            "mlp/proj/weight", "mlp/proj/bias")]
+    names += ["lnf/weight", "lnf/bias"]
+    if not tied:
+        names.append("lm_head/weight")
+    return names
+
+
+def shape_of(name, cfg):
+    C, V, T = cfg["d_model"], cfg["vocab_size"], cfg["seq_len"]
+    table = {"wte": (V, C), "wpe": (T, C), "lm_head/weight": (V, C),
+             "attn/qkv/weight": (3 * C, C), "attn/qkv/bias": (3 * C,),
+             "attn/proj/weight": (C, C), "attn/proj/bias": (C,),
+             "mlp/fc/weight": (4 * C, C), "mlp/fc/bias": (4 * C,),
+             "mlp/proj/weight": (C, 4 * C), "mlp/proj/bias": (C,)}
+    for key, shape in table.items():
+        if name == key or name.endswith("/" + key):
+            return shape
+    return (C,)  # layer norms
+
+
+def init_params(cfg, tied, gen):
+    """DESIGN.md init, with biases and norm parameters perturbed so that every parameter
+    changes the output (an ignored bias would then show in the logits)."""
+    params = {}
+    resid_std = 0.02 / math.sqrt(2 * cfg["n_layer"])
+    for name in param_names(cfg, tied):
+        shape = shape_of(name, cfg)
+        if name.endswith("bias"):
+            t = torch.randn(shape, generator=gen) * 0.02
+        elif "ln" in name and "lm_head" not in name:
+            t = 1.0 + torch.randn(shape, generator=gen) * 0.1
+        else:
+            std = resid_std if name.endswith("proj/weight") else 0.02
+            t = torch.randn(shape, generator=gen) * std
+        params[name] = t.float()  # the fixture's weights are float32
+    return params
+
+
+def forward(p, cfg, tied, idx, targets):
+    """Mean cross-entropy and logits. p: name -> float64 tensor with requires_grad."""
+    B, T = idx.shape
+    C, NH, L = cfg["d_model"], cfg["n_head"], cfg["n_layer"]
+    HS = C // NH
+    x = p["wte"][idx] + p["wpe"][:T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for layer in range(L):
+        q = f"h/{layer:03d}/"
+        h = F.layer_norm(x, (C,), p[q + "ln1/weight"], p[q + "ln1/bias"], eps=1e-5)
+        qkv = F.linear(h, p[q + "attn/qkv/weight"], p[q + "attn/qkv/bias"])
+        qq, kk, vv = qkv.split(C, dim=2)
+        qq = qq.view(B, T, NH, HS).transpose(1, 2)
+        kk = kk.view(B, T, NH, HS).transpose(1, 2)
+        vv = vv.view(B, T, NH, HS).transpose(1, 2)
+        att = (qq @ kk.transpose(-2, -1)) / math.sqrt(HS)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ vv).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, p[q + "attn/proj/weight"], p[q + "attn/proj/bias"])
+        h = F.layer_norm(x, (C,), p[q + "ln2/weight"], p[q + "ln2/bias"], eps=1e-5)
+        h = F.gelu(F.linear(h, p[q + "mlp/fc/weight"], p[q + "mlp/fc/bias"]), approximate="tanh")
+        x = x + F.linear(h, p[q + "mlp/proj/weight"], p[q + "mlp/proj/bias"])
+    x = F.layer_norm(x, (C,), p["lnf/weight"], p["lnf/bias"], eps=1e-5)
+    logits = F.linear(x, p["wte"] if tied else p["lm_head/weight"])
+    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+    return loss, logits
+
+
+def learning_rate(step):
+    t = TRAIN
+    if step < t["warmup_steps"]:
+        return t["lr"] * (step + 1) / t["warmup_steps"]
+    decay = max(1, t["steps"] - t["warmup_steps"])
+    progress = min(1.0, (step - t["warmup_steps"]) / decay)
+    return t["min_lr"] + 0.5 * (t["lr"] - t["min_lr"]) * (1.0 + math.cos(math.pi * progress))
+
+
+def write_case(group, cfg, tied, seed):
+    gen = torch.Generator().manual_seed(seed)
+    weights = init_params(cfg, tied, gen)
+    B, T, V = cfg["batch"], cfg["seq_len"], cfg["vocab_size"]
+    steps = TRAIN["steps"]
+    tokens = torch.randint(0, V, (2, B, T + 1), generator=gen)
+    batch_in, batch_tg = tokens[0, :, :T], tokens[0, :, 1:]
+    # The ten steps fit one batch again and again, so the loss must fall at every step: an
+    # optimizer that did nothing, or the wrong thing, cannot stay within the tolerance.
+    tokens = torch.cat([tokens[:1], tokens[1:2].expand(steps, B, T + 1)])
+
+    for k, v in {**cfg, **TRAIN, "tie_embeddings": int(tied)}.items():
+        group.attrs[k] = v
+    for name, w in weights.items():
+        group.create_dataset("model/" + name, data=w.numpy())
+    group.create_dataset("batch/inputs", data=batch_in.numpy().astype(np.int32))
+    group.create_dataset("batch/targets", data=batch_tg.numpy().astype(np.int32))
+
+    # one forward/backward in float64
+    p = {n: w.double().requires_grad_(True) for n, w in weights.items()}
+    loss, logits = forward(p, cfg, tied, batch_in, batch_tg)
+    loss.backward()
+    group.create_dataset("logits", data=logits.detach().float().numpy())
+    group.attrs["loss"] = loss.item()
+    for name, t in p.items():
+        group.create_dataset("grads/" + name, data=t.grad.float().numpy())
+
+    # ten AdamW steps: no decay on biases and norms
+    p = {n: w.double().requires_grad_(True) for n, w in weights.items()}
+    decay = [t for n, t in p.items() if len(t.shape) >= 2]
+    no_decay = [t for n, t in p.items() if len(t.shape) < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": TRAIN["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=TRAIN["lr"], betas=(TRAIN["beta1"], TRAIN["beta2"]), eps=TRAIN["eps"])
+    losses, norms, lrs = [], [], []
+    for step in range(steps):
+        opt.zero_grad()
+        x, y = tokens[step + 1, :, :T], tokens[step + 1, :, 1:]
+        loss, _ = forward(p, cfg, tied, x, y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(list(p.values()), TRAIN["grad_clip"])
+        lr = learning_rate(step)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+        lrs.append(lr)
+    group.create_dataset("train/inputs", data=tokens[1:, :, :T].numpy().astype(np.int32))
+    group.create_dataset("train/targets", data=tokens[1:, :, 1:].numpy().astype(np.int32))
+    group.create_dataset("train/losses", data=np.array(losses))
+    group.create_dataset("train/grad_norms", data=np.array(norms))
+    group.create_dataset("train/lrs", data=np.array(lrs))
+    return losses, norms
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="tests/data/gpt_parity.h5")
+    args = ap.parse_args()
+    torch.set_default_dtype(torch.float64)
+    with h5py.File(args.out, "w") as f:
+        f.attrs["generator"] = "tools/reference/gpt_reference.py (torch %s)" % torch.__version__
+        for name, tied, seed in (("tied", True, 1234), ("untied", False, 4321)):
+            losses, norms = write_case(f.create_group(name), CONFIG, tied, seed)
+            print(f"{name}: losses {losses[0]:.6f} -> {losses[-1]:.6f}, "
+                  f"grad norms {min(norms):.3f}..{max(norms):.3f} (clip {TRAIN['grad_clip']})")
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
