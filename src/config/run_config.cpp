@@ -392,6 +392,28 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.runtime.exit_after_steps =
       static_cast<int>(r.get_int("runtime", "exit_after_steps", 0, 0, kBig));
 
+  // ---- features that later issues bring ----
+  if (root.get("checkpoint") != nullptr) {
+    throw input_error(deck_path + ": [checkpoint] is not supported yet: HDF5 checkpoints come "
+                                  "in a later release; remove the section");
+  }
+  if (c.parallel.pp > 1) not_supported(r, "parallel", "pp", "pipeline parallelism needs pp = 1 for now");
+  if (c.parallel.tp > 1) not_supported(r, "parallel", "tp", "tensor parallelism needs tp = 1 for now");
+  if (c.parallel.virtual_stages > 1) {
+    not_supported(r, "parallel", "virtual_stages", "virtual stages need pp > 1; use 1");
+  }
+  if (c.comm.allreduce != "auto" && c.comm.allreduce != "mpi") {
+    not_supported(r, "comm", "allreduce", "only \"auto\" and \"mpi\" (MPI_Allreduce) for now");
+  }
+  if (c.log.trace) not_supported(r, "log", "trace", "Chrome traces come with the pipeline engine");
+  if (c.runtime.hang_timeout_s > 0.0) {
+    not_supported(r, "runtime", "hang_timeout_s", "the hang watchdog comes with the pipeline "
+                                                  "engine; use 0");
+  }
+  if (c.runtime.exit_after_steps > 0) {
+    not_supported(r, "runtime", "exit_after_steps", "it needs checkpoints; use 0");
+  }
+
   // ---- layout: does it fit the job? ----
   const int pp = c.parallel.pp;
   const int tp = c.parallel.tp;
@@ -447,28 +469,6 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
                  std::to_string(want) + " entries summing to model.n_layer = " +
                  std::to_string(c.model.n_layer));
     }
-  }
-
-  // ---- features that later issues bring ----
-  if (root.get("checkpoint") != nullptr) {
-    throw input_error(deck_path + ": [checkpoint] is not supported yet: HDF5 checkpoints come "
-                                  "in a later release; remove the section");
-  }
-  if (pp > 1) not_supported(r, "parallel", "pp", "pipeline parallelism needs pp = 1 for now");
-  if (tp > 1) not_supported(r, "parallel", "tp", "tensor parallelism needs tp = 1 for now");
-  if (c.parallel.virtual_stages > 1) {
-    not_supported(r, "parallel", "virtual_stages", "virtual stages need pp > 1; use 1");
-  }
-  if (c.comm.allreduce != "auto" && c.comm.allreduce != "mpi") {
-    not_supported(r, "comm", "allreduce", "only \"auto\" and \"mpi\" (MPI_Allreduce) for now");
-  }
-  if (c.log.trace) not_supported(r, "log", "trace", "Chrome traces come with the pipeline engine");
-  if (c.runtime.hang_timeout_s > 0.0) {
-    not_supported(r, "runtime", "hang_timeout_s", "the hang watchdog comes with the pipeline "
-                                                  "engine; use 0");
-  }
-  if (c.runtime.exit_after_steps > 0) {
-    not_supported(r, "runtime", "exit_after_steps", "it needs checkpoints; use 0");
   }
 
   std::ostringstream os;

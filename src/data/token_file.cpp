@@ -48,21 +48,23 @@ TokenFile::TokenFile(const std::string& path, int vocab_size, int min_tokens) : 
     bad(path, std::string("mmap: ") + std::strerror(errno));
   }
   map_bytes_ = bytes;
+  // copy the header out: the messages below outlive the mapping
   const auto* header = static_cast<const std::int32_t*>(map_);
-  if (header[0] != kTokenMagic) {
+  const std::int32_t magic = header[0], version = header[1], count = header[2];
+  if (magic != kTokenMagic) {
     release();
-    bad(path, "bad magic number " + std::to_string(header[0]) + " (expected " +
+    bad(path, "bad magic number " + std::to_string(magic) + " (expected " +
                   std::to_string(kTokenMagic) + "): not a pipetrain/llm.c token file");
   }
-  if (header[1] != kTokenVersion) {
+  if (version != kTokenVersion) {
     release();
-    bad(path, "unsupported version " + std::to_string(header[1]) + " (expected 1: uint16 tokens)");
+    bad(path, "unsupported version " + std::to_string(version) + " (expected 1: uint16 tokens)");
   }
-  if (header[2] < 0) {
+  if (count < 0) {
     release();
     bad(path, "negative token count in the header: the file is damaged");
   }
-  count_ = static_cast<std::size_t>(header[2]);
+  count_ = static_cast<std::size_t>(count);
   const std::size_t want = header_bytes + count_ * sizeof(std::uint16_t);
   if (bytes != want) {
     release();

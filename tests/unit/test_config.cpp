@@ -1,0 +1,106 @@
+// Deck parsing: defaults, derived values, overrides, round trip, and messages of bad decks that
+// the command-line tests (tests/CMakeLists.txt) do not reach.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "config/run_config.hpp"
+#include "util/errors.hpp"
+
+namespace pt {
+namespace {
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+const std::string kTiny = read(PT_SOURCE_DIR "/inputs/tiny.toml");
+
+// The message of the bad_input error parse_deck throws, or "" when it accepts the deck.
+std::string error_of(const std::string& text, const std::vector<std::string>& ov, int ranks = 1) {
+  try {
+    parse_deck(text, "deck.toml", ov, ranks);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::bad_input);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, TinyDeckDerivesDataParallelismFromRanks) {
+  const RunConfig one = parse_deck(kTiny, "tiny.toml", {}, 1);
+  EXPECT_EQ(one.parallel.dp, 1);
+  EXPECT_EQ(one.accumulation(), 2);
+  const RunConfig two = parse_deck(kTiny, "tiny.toml", {}, 2);
+  EXPECT_EQ(two.parallel.dp, 2);
+  EXPECT_EQ(two.accumulation(), 1);
+  EXPECT_EQ(two.model.n_layer, 4);
+  EXPECT_DOUBLE_EQ(two.train.lr, 3e-3);
+  EXPECT_DOUBLE_EQ(two.train.min_lr, 3e-4);
+  EXPECT_EQ(two.data.path, "data/fortunes.bin");
+}
+
+TEST(Config, DefaultsAreFilledIn) {
+  const RunConfig c = parse_deck(kTiny, "tiny.toml", {"train.min_lr=0.0001"}, 1);
+  EXPECT_DOUBLE_EQ(c.train.beta2, 0.95);
+  EXPECT_EQ(c.parallel.schedule, "1f1b");
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(c.comm.allreduce, "auto");
+  const RunConfig d = parse_deck(
+      "[model]\nn_layer=1\nn_head=1\nd_model=8\nseq_len=4\nvocab_size=16\n"
+      "[train]\nsteps=1\nglobal_batch=1\nmicro_batch=1\nlr=0.01\n[data]\npath=\"x\"\n",
+      "d.toml", {}, 1);
+  EXPECT_DOUBLE_EQ(d.train.min_lr, 0.001); // lr / 10
+}
+
+TEST(Config, OverridesApplyInOrderAndLastWins) {
+  const RunConfig c = parse_deck(
+      kTiny, "tiny.toml",
+      {"train.steps=50", "train.steps=70", "data.path=other/file.bin", "train.lr=1", "log.every=3"},
+      1);
+  EXPECT_EQ(c.train.steps, 70);
+  EXPECT_EQ(c.data.path, "other/file.bin"); // bare string, no quotes needed
+  EXPECT_DOUBLE_EQ(c.train.lr, 1.0);        // an integer is accepted for a float key
+  EXPECT_EQ(c.log.every, 3);
+}
+
+TEST(Config, ResolvedDeckParsesBackToTheSameRun) {
+  const RunConfig a = parse_deck(kTiny, "tiny.toml", {"train.steps=42", "model.n_layer=3"}, 2);
+  const RunConfig b = parse_deck(a.resolved_text, "resolved.toml", {}, 2);
+  EXPECT_EQ(b.train.steps, 42);
+  EXPECT_EQ(b.model.n_layer, 3);
+  EXPECT_DOUBLE_EQ(b.train.min_lr, a.train.min_lr);
+  EXPECT_EQ(b.train.seed, a.train.seed);
+  EXPECT_EQ(b.resolved_text, a.resolved_text);
+}
+
+TEST(Config, ErrorsNameLineKeyAndFix) {
+  EXPECT_NE(error_of(kTiny, {"model.seq_len=0"}).find("model.seq_len = 0 is out of range"),
+            std::string::npos);
+  // the deck's own line number is reported
+  const std::string e = error_of("[model]\nn_layer = 1.5\n", {});
+  EXPECT_NE(e.find("deck.toml:2: model.n_layer = 1.5 must be an integer"), std::string::npos) << e;
+  EXPECT_NE(error_of(kTiny, {"parallel.micro_batches=3"}).find("disagrees with"),
+            std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"train.min_lr=1"}).find("train.min_lr = 1 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"model.vocab_size=70000"}).find("[2, 65536]"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"model.tie_embeddings=1"}).find("must be true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"data.path=\"\""}).find("data.path is empty"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"parallel.pp=3"}, 2).find("parallel.pp is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"model=3"}).find("is not an override"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"a.b.c=3"}).find("is not an override"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"parallel.partition=[1, 2]"}).find("needs pp*virtual_stages = 1"),
+            std::string::npos);
+  EXPECT_EQ(error_of(kTiny, {"parallel.partition=[4]"}), "");
+  EXPECT_NE(error_of(kTiny, {"model.n_layer=0"}).find("[1, 4096]"), std::string::npos);
+}
+
+} // namespace
+} // namespace pt

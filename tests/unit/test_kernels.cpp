@@ -1,0 +1,102 @@
+// Host kernels against direct formulas, on shapes the parity test does not use.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "host/fast_math.hpp"
+#include "ops.hpp"
+
+namespace pt {
+namespace {
+
+TEST(Kernels, FastExpIsAccurate) {
+  double worst = 0.0;
+  for (double x = -80.0; x <= 80.0; x += 0.001) {
+    const double want = std::exp(static_cast<double>(static_cast<float>(x)));
+    const double got = ops::detail::fast_exp(static_cast<float>(x));
+    worst = std::max(worst, std::abs(got - want) / want);
+  }
+  EXPECT_LT(worst, 4e-7) << "worst relative error " << worst;
+}
+
+TEST(Kernels, GeluMatchesTanhFormula) {
+  std::vector<float> x, y(2001), dy(2001), ones(2001, 1.0f);
+  for (int i = -1000; i <= 1000; ++i) x.push_back(static_cast<float>(i) * 0.01f);
+  ops::gelu_forward(y.data(), x.data(), x.size());
+  ops::gelu_backward(dy.data(), x.data(), ones.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    const double u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+    const double want = 0.5 * v * (1.0 + std::tanh(u));
+    const double h = 1e-4;
+    auto g = [](double z) {
+      return 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
+    };
+    const double dwant = (g(v + h) - g(v - h)) / (2 * h);
+    ASSERT_NEAR(y[i], want, 2e-6) << "x = " << v;
+    ASSERT_NEAR(dy[i], dwant, 2e-6) << "x = " << v;
+  }
+}
+
+TEST(Kernels, MatmulWithBiasMatchesLoops) {
+  const int N = 7, C = 5, OC = 3;
+  std::vector<float> inp(N * C), w(OC * C), b(OC), out(N * OC);
+  for (std::size_t i = 0; i < inp.size(); ++i) inp[i] = std::sin(0.3f * static_cast<float>(i));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.7f * static_cast<float>(i));
+  for (int k = 0; k < OC; ++k) b[static_cast<std::size_t>(k)] = 0.1f * static_cast<float>(k + 1);
+  ops::matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  for (int n = 0; n < N; ++n) {
+    for (int k = 0; k < OC; ++k) {
+      double want = b[static_cast<std::size_t>(k)];
+      for (int c = 0; c < C; ++c) want += inp[static_cast<std::size_t>(n * C + c)] * w[static_cast<std::size_t>(k * C + c)];
+      EXPECT_NEAR(out[static_cast<std::size_t>(n * OC + k)], want, 1e-5);
+    }
+  }
+}
+
+TEST(Kernels, AttentionIsCausalAndNormalized) {
+  const int B = 2, T = 9, C = 8, NH = 2;
+  std::vector<float> qkv(B * T * 3 * C), out(B * T * C), att(B * NH * T * T);
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.37f * static_cast<float>(i));
+  ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  for (int bh = 0; bh < B * NH; ++bh) {
+    for (int i = 0; i < T; ++i) {
+      double sum = 0.0;
+      for (int j = 0; j < T; ++j) {
+        const float p = att[static_cast<std::size_t>((bh * T + i) * T + j)];
+        if (j > i) {
+          ASSERT_EQ(p, 0.0f) << "future position " << j << " seen from " << i;
+        }
+        sum += p;
+      }
+      ASSERT_NEAR(sum, 1.0, 1e-6);
+    }
+  }
+  // the first position attends only to itself: its output is its own value vector
+  for (int h = 0; h < NH; ++h) {
+    for (int d = 0; d < C / NH; ++d) {
+      EXPECT_NEAR(out[static_cast<std::size_t>(h * (C / NH) + d)],
+                  qkv[static_cast<std::size_t>(2 * C + h * (C / NH) + d)], 1e-6);
+    }
+  }
+}
+
+TEST(Kernels, LayerNormNormalizesRows) {
+  const int N = 3, C = 64;
+  std::vector<float> x(N * C), w(C, 1.0f), b(C, 0.0f), y(N * C), mean(N), rstd(N);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 3.0f + 2.0f * std::sin(static_cast<float>(i));
+  ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  for (int n = 0; n < N; ++n) {
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; ++c) m += y[static_cast<std::size_t>(n * C + c)];
+    m /= C;
+    for (int c = 0; c < C; ++c) v += std::pow(y[static_cast<std::size_t>(n * C + c)] - m, 2);
+    v /= C;
+    EXPECT_NEAR(m, 0.0, 1e-6);
+    EXPECT_NEAR(v, 1.0, 1e-4);
+  }
+}
+
+} // namespace
+} // namespace pt
