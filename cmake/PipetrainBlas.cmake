@@ -1,27 +1,50 @@
-# Selects the host BLAS used for every matrix product. PIPETRAIN_BLAS=openblas|blis|generic.
-# docs/performance.md records the sgemm comparison that made OpenBLAS the default.
-set(PIPETRAIN_BLAS "openblas" CACHE STRING "host BLAS: openblas|blis|generic")
-set_property(CACHE PIPETRAIN_BLAS PROPERTY STRINGS openblas blis generic)
+# Selects the library behind every host matrix product (kernels/host/gemm.hpp).
+# PIPETRAIN_BLAS = auto | onednn | openblas | blis | generic. auto takes oneDNN when it is
+# installed (fastest here: docs/performance.md), else OpenBLAS.
+set(PIPETRAIN_BLAS "auto" CACHE STRING "host GEMM library: auto|onednn|openblas|blis|generic")
+set_property(CACHE PIPETRAIN_BLAS PROPERTY STRINGS auto onednn openblas blis generic)
+
+set(_pt_blas "${PIPETRAIN_BLAS}")
+if(_pt_blas STREQUAL "auto")
+  find_library(PT_DNNL_LIB dnnl)
+  find_path(PT_DNNL_INCLUDE dnnl.h)
+  find_package(OpenMP QUIET COMPONENTS CXX)
+  if(PT_DNNL_LIB AND PT_DNNL_INCLUDE AND OpenMP_CXX_FOUND)
+    set(_pt_blas onednn)
+  else()
+    set(_pt_blas openblas)
+  endif()
+endif()
 
 add_library(pt_blas INTERFACE)
-if(PIPETRAIN_BLAS STREQUAL "openblas")
+if(_pt_blas STREQUAL "onednn")
+  find_library(PT_DNNL_LIB dnnl REQUIRED)
+  find_path(PT_DNNL_INCLUDE dnnl.h REQUIRED)
+  find_package(OpenMP REQUIRED COMPONENTS CXX) # oneDNN's threads are OpenMP's
+  target_link_libraries(pt_blas INTERFACE ${PT_DNNL_LIB} OpenMP::OpenMP_CXX)
+  target_include_directories(pt_blas INTERFACE ${PT_DNNL_INCLUDE})
+  target_compile_definitions(pt_blas INTERFACE PT_BLAS_ONEDNN=1)
+elseif(_pt_blas STREQUAL "openblas")
   find_library(PT_OPENBLAS_LIB NAMES openblas REQUIRED)
-  find_path(PT_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread
-    HINTS /usr/include/x86_64-linux-gnu/openblas-pthread REQUIRED)
+  find_path(PT_CBLAS_INCLUDE cblas.h HINTS /usr/include/x86_64-linux-gnu/openblas-pthread
+    PATH_SUFFIXES openblas REQUIRED)
   target_link_libraries(pt_blas INTERFACE ${PT_OPENBLAS_LIB})
   target_include_directories(pt_blas INTERFACE ${PT_CBLAS_INCLUDE})
   target_compile_definitions(pt_blas INTERFACE PT_BLAS_OPENBLAS=1)
-elseif(PIPETRAIN_BLAS STREQUAL "blis")
+elseif(_pt_blas STREQUAL "blis")
   find_library(PT_BLIS_LIB NAMES blis REQUIRED)
-  find_path(PT_CBLAS_INCLUDE cblas.h PATH_SUFFIXES blis REQUIRED)
+  find_path(PT_CBLAS_INCLUDE cblas.h HINTS /usr/include/x86_64-linux-gnu/blis-openmp
+    PATH_SUFFIXES blis REQUIRED)
   target_link_libraries(pt_blas INTERFACE ${PT_BLIS_LIB})
   target_include_directories(pt_blas INTERFACE ${PT_CBLAS_INCLUDE})
   target_compile_definitions(pt_blas INTERFACE PT_BLAS_BLIS=1)
-else()
+elseif(_pt_blas STREQUAL "generic")
   set(BLA_VENDOR Generic)
   find_package(BLAS REQUIRED)
   find_path(PT_CBLAS_INCLUDE cblas.h REQUIRED)
   target_link_libraries(pt_blas INTERFACE BLAS::BLAS)
   target_include_directories(pt_blas INTERFACE ${PT_CBLAS_INCLUDE})
+else()
+  message(FATAL_ERROR "PIPETRAIN_BLAS=${PIPETRAIN_BLAS}: expected auto|onednn|openblas|blis|generic")
 endif()
-message(STATUS "pipetrain host BLAS: ${PIPETRAIN_BLAS}")
+message(STATUS "pipetrain host GEMM: ${_pt_blas}")

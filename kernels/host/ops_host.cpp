@@ -3,14 +3,16 @@
 #include "ops.hpp"
 
 #include <Kokkos_Core.hpp>
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "host/fast_math.hpp"
+#include "host/gemm.hpp"
 
-#if defined(PT_BLAS_OPENBLAS)
+#if defined(PT_BLAS_ONEDNN)
+// threads come from OpenMP (omp_set_num_threads)
+#elif defined(PT_BLAS_OPENBLAS)
 extern "C" void openblas_set_num_threads(int);
 #elif defined(PT_BLAS_BLIS)
 extern "C" void bli_thread_set_num_threads(long);
@@ -22,6 +24,7 @@ namespace {
 using HostSpace = Kokkos::DefaultHostExecutionSpace;
 using detail::fast_exp;
 using detail::fast_tanh;
+using detail::gemm;
 
 // Runs f(i) for i in [0, n) on the host execution space.
 template <class F> void par_for(const char* name, std::size_t n, const F& f) {
@@ -57,7 +60,9 @@ constexpr float kGeluCubic = 0.044715f;
 } // namespace
 
 const char* blas_name() {
-#if defined(PT_BLAS_OPENBLAS)
+#if defined(PT_BLAS_ONEDNN)
+  return "onednn";
+#elif defined(PT_BLAS_OPENBLAS)
   return "openblas";
 #elif defined(PT_BLAS_BLIS)
   return "blis";
@@ -67,7 +72,9 @@ const char* blas_name() {
 }
 
 void set_blas_threads(int n) {
-#if defined(PT_BLAS_OPENBLAS)
+#if defined(PT_BLAS_ONEDNN)
+  omp_set_num_threads(n);
+#elif defined(PT_BLAS_OPENBLAS)
   openblas_set_num_threads(n);
 #elif defined(PT_BLAS_BLIS)
   bli_thread_set_num_threads(n);
@@ -179,18 +186,18 @@ void matmul_forward(float* out, const float* inp, const float* w, const float* b
     });
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out,
+  gemm(false, true, N, OC, C, 1.0f, inp, C, w, C, beta, out,
               OC);
 }
 
 void matmul_backward_input(float* dinp, const float* dout, const float* w, int N, int C, int OC) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
+  gemm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
               dinp, C);
 }
 
 void matmul_backward_weight(float* dw, float* dbias, const float* dout, const float* inp, int N,
                             int C, int OC) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
+  gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
               C);
   if (dbias != nullptr) {
     par_col_blocks("matmul_dbias", OC, [=](int k0, int k1) {
@@ -216,7 +223,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       const float* v = q + 2 * C;
       float* p = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
       // scores (T,T) = q (T,HS) @ k^T * scale
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, 0.0f, p,
+      gemm(false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, p,
                   T);
       par_for("attention_softmax", T, [=](std::size_t i) {
         float* row = p + i * T;
@@ -232,7 +239,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         for (std::size_t j = i + 1; j < static_cast<std::size_t>(T); ++j) row[j] = 0.0f;
       });
       float* o = out + static_cast<std::size_t>(b) * T * C + h * HS;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, C3, 0.0f, o,
+      gemm(false, false, T, HS, T, 1.0f, p, T, v, C3, 0.0f, o,
                   C);
     }
   }
@@ -256,9 +263,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       const float* p = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
       const float* dout_h = dout + static_cast<std::size_t>(b) * T * C + h * HS;
       // dP (T,T) = dout_h (T,HS) @ v^T ;  dv += P^T @ dout_h
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dout_h, C, v, C3, 0.0f,
+      gemm(false, true, T, T, HS, 1.0f, dout_h, C, v, C3, 0.0f,
                   ds, T);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, dout_h, C, 1.0f,
+      gemm(true, false, T, HS, T, 1.0f, p, T, dout_h, C, 1.0f,
                   dv, C3);
       // softmax backward, row by row: dS = P * (dP - sum_j P dP)
       par_for("attention_softmax_backward", T, [=](std::size_t i) {
@@ -270,9 +277,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         for (std::size_t j = i + 1; j < static_cast<std::size_t>(T); ++j) drow[j] = 0.0f;
       });
       // scores = scale * q k^T  =>  dq += scale dS @ k ; dk += scale dS^T @ q
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, ds, T, k, C3, 1.0f,
+      gemm(false, false, T, HS, T, scale, ds, T, k, C3, 1.0f,
                   dq, C3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, ds, T, q, C3, 1.0f, dk,
+      gemm(true, false, T, HS, T, scale, ds, T, q, C3, 1.0f, dk,
                   C3);
     }
   }
