@@ -21,8 +21,8 @@ void set_blas_threads(int n);
 
 // ---- embedding ------------------------------------------------------------------------------
 // out (B,T,C) writes = wte[tokens] + wpe[t]; tokens (B,T); wte (V,C); wpe (T_max>=T, C)
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                     int B, int T, int C);
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C);
 // dwte (V,C) += scatter of dout; dwpe (T,C) += sum over B of dout
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                       int T, int C);
@@ -75,12 +75,12 @@ double sum_squares(const float* x, std::size_t n);
 // ---- loss -----------------------------------------------------------------------------------
 // logits (N,V) -> probs (N,V) writes (softmax); losses (N) writes -log p[target].
 // probs may alias logits.
-void crossentropy_forward(float* losses, float* probs, const float* logits,
-                          const int32_t* targets, int N, int V);
+void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
+                          int N, int V);
 // dlogits (N,V) writes = (probs - onehot(target)) * dloss   (dloss = d total / d loss_i);
 // dlogits may alias probs.
-void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                           float dloss, int N, int V);
+void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                           int N, int V);
 
 // ---- optimizer ------------------------------------------------------------------------------
 // One AdamW step on n parameters (decoupled decay: p -= lr*wd*p before the Adam update).

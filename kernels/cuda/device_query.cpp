@@ -3,7 +3,9 @@
 namespace pt::cuda {
 
 #ifndef PT_HAVE_CUDA
-bool compiled() { return false; }
+bool compiled() {
+  return false;
+}
 int device_count(std::string& why) {
   why = "this pipetrain was built without CUDA (no nvcc at configure time)";
   return 0;

@@ -7,7 +7,9 @@
 
 namespace pt::cuda {
 
-bool compiled() { return true; }
+bool compiled() {
+  return true;
+}
 
 int device_count(std::string& why) {
   int n = 0;

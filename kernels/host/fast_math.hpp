@@ -29,6 +29,8 @@ inline float fast_exp(float x) {
 
 // tanh(u) = 1 - 2/(exp(2u)+1); absolute error ~1e-7, which is what GELU needs
 // (it only ever uses 1 + tanh and 1 - tanh^2).
-inline float fast_tanh(float u) { return 1.0f - 2.0f / (fast_exp(2.0f * u) + 1.0f); }
+inline float fast_tanh(float u) {
+  return 1.0f - 2.0f / (fast_exp(2.0f * u) + 1.0f);
+}
 
 } // namespace pt::ops::detail

@@ -186,19 +186,16 @@ void matmul_forward(float* out, const float* inp, const float* w, const float* b
     });
     beta = 1.0f;
   }
-  gemm(false, true, N, OC, C, 1.0f, inp, C, w, C, beta, out,
-              OC);
+  gemm(false, true, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
 void matmul_backward_input(float* dinp, const float* dout, const float* w, int N, int C, int OC) {
-  gemm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f,
-              dinp, C);
+  gemm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
 }
 
 void matmul_backward_weight(float* dw, float* dbias, const float* dout, const float* inp, int N,
                             int C, int OC) {
-  gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
-              C);
+  gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
   if (dbias != nullptr) {
     par_col_blocks("matmul_dbias", OC, [=](int k0, int k1) {
       for (int n = 0; n < N; ++n) {
@@ -223,8 +220,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
       const float* v = q + 2 * C;
       float* p = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
       // scores (T,T) = q (T,HS) @ k^T * scale
-      gemm(false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, p,
-                  T);
+      gemm(false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, p, T);
       par_for("attention_softmax", T, [=](std::size_t i) {
         float* row = p + i * T;
         float mx = row[0];
@@ -239,8 +235,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         for (std::size_t j = i + 1; j < static_cast<std::size_t>(T); ++j) row[j] = 0.0f;
       });
       float* o = out + static_cast<std::size_t>(b) * T * C + h * HS;
-      gemm(false, false, T, HS, T, 1.0f, p, T, v, C3, 0.0f, o,
-                  C);
+      gemm(false, false, T, HS, T, 1.0f, p, T, v, C3, 0.0f, o, C);
     }
   }
 }
@@ -263,10 +258,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       const float* p = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
       const float* dout_h = dout + static_cast<std::size_t>(b) * T * C + h * HS;
       // dP (T,T) = dout_h (T,HS) @ v^T ;  dv += P^T @ dout_h
-      gemm(false, true, T, T, HS, 1.0f, dout_h, C, v, C3, 0.0f,
-                  ds, T);
-      gemm(true, false, T, HS, T, 1.0f, p, T, dout_h, C, 1.0f,
-                  dv, C3);
+      gemm(false, true, T, T, HS, 1.0f, dout_h, C, v, C3, 0.0f, ds, T);
+      gemm(true, false, T, HS, T, 1.0f, p, T, dout_h, C, 1.0f, dv, C3);
       // softmax backward, row by row: dS = P * (dP - sum_j P dP)
       par_for("attention_softmax_backward", T, [=](std::size_t i) {
         const float* prow = p + i * T;
@@ -277,10 +270,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         for (std::size_t j = i + 1; j < static_cast<std::size_t>(T); ++j) drow[j] = 0.0f;
       });
       // scores = scale * q k^T  =>  dq += scale dS @ k ; dk += scale dS^T @ q
-      gemm(false, false, T, HS, T, scale, ds, T, k, C3, 1.0f,
-                  dq, C3);
-      gemm(true, false, T, HS, T, scale, ds, T, q, C3, 1.0f, dk,
-                  C3);
+      gemm(false, false, T, HS, T, scale, ds, T, k, C3, 1.0f, dq, C3);
+      gemm(true, false, T, HS, T, scale, ds, T, q, C3, 1.0f, dk, C3);
     }
   }
 }
@@ -321,9 +312,7 @@ void accumulate(float* acc, const float* x, std::size_t n) {
 }
 
 void zero(float* x, std::size_t n) {
-  par_chunks("zero", n, [=](std::size_t i0, std::size_t i1) {
-    std::fill(x + i0, x + i1, 0.0f);
-  });
+  par_chunks("zero", n, [=](std::size_t i0, std::size_t i1) { std::fill(x + i0, x + i1, 0.0f); });
 }
 
 void scale(float* x, float s, std::size_t n) {
@@ -349,8 +338,8 @@ double sum_squares(const float* x, std::size_t n) {
 
 // ---- loss -----------------------------------------------------------------------------------
 
-void crossentropy_forward(float* losses, float* probs, const float* logits,
-                          const int32_t* targets, int N, int V) {
+void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
+                          int N, int V) {
   par_for("crossentropy_forward", N, [=](std::size_t n) {
     const float* z = logits + n * V;
     float* p = probs + n * V;

@@ -20,8 +20,7 @@ namespace {
 const std::map<std::string, std::vector<std::string>>& known_keys() {
   static const std::map<std::string, std::vector<std::string>> keys = {
       {"model", {"n_layer", "n_head", "d_model", "seq_len", "vocab_size", "tie_embeddings"}},
-      {"parallel",
-       {"pp", "dp", "tp", "virtual_stages", "schedule", "micro_batches", "partition"}},
+      {"parallel", {"pp", "dp", "tp", "virtual_stages", "schedule", "micro_batches", "partition"}},
       {"train",
        {"steps", "global_batch", "micro_batch", "lr", "min_lr", "warmup_steps", "weight_decay",
         "grad_clip", "beta1", "beta2", "eps", "seed"}},
@@ -108,19 +107,21 @@ public:
                        std::optional<std::int64_t> def, std::int64_t lo, std::int64_t hi) {
     const toml::node* n = use(sec, key);
     if (n == nullptr) {
-      if (!def) missing(sec, key, "an integer in [" + std::to_string(lo) + ", " +
-                                      std::to_string(hi) + "]");
+      if (!def)
+        missing(sec, key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
       set_default(sec, key, toml::value<std::int64_t>(*def));
       return *def;
     }
     if (!n->is_integer()) {
-      fail(sec, key, "= " + describe(*n) + " must be an integer (for example " +
-                         std::to_string(std::max<std::int64_t>(lo, 1)) + ")");
+      fail(sec, key,
+           "= " + describe(*n) + " must be an integer (for example " +
+               std::to_string(std::max<std::int64_t>(lo, 1)) + ")");
     }
     const std::int64_t v = *n->value<std::int64_t>();
     if (v < lo || v > hi) {
-      fail(sec, key, "= " + std::to_string(v) + " is out of range: expected an integer in [" +
-                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      fail(sec, key,
+           "= " + std::to_string(v) + " is out of range: expected an integer in [" +
+               std::to_string(lo) + ", " + std::to_string(hi) + "]");
     }
     return v;
   }
@@ -144,8 +145,8 @@ public:
     const bool below = lo_open ? !(v > lo) : !(v >= lo);
     if (!std::isfinite(v) || below || v > hi) {
       std::ostringstream os;
-      os << "= " << v << " is out of range: expected a number in " << (lo_open ? "(" : "[")
-         << lo << ", " << hi << "]";
+      os << "= " << v << " is out of range: expected a number in " << (lo_open ? "(" : "[") << lo
+         << ", " << hi << "]";
       fail(sec, key, os.str());
     }
     return v;
@@ -215,9 +216,7 @@ private:
     if (s == nullptr || !s->is_table()) return nullptr;
     return s->as_table()->get(key);
   }
-  const toml::node* use(const std::string& sec, const std::string& key) {
-    return find(sec, key);
-  }
+  const toml::node* use(const std::string& sec, const std::string& key) { return find(sec, key); }
   [[noreturn]] void missing(const std::string& sec, const std::string& key,
                             const std::string& expected) const {
     throw input_error(path_ + ": missing required key " + sec + "." + key + " (" + expected +
@@ -244,8 +243,8 @@ void apply_override(toml::table& root, const std::string& arg, std::set<std::str
   const auto eq = arg.find('=');
   const std::string name = arg.substr(0, eq);
   const auto dot = name.find('.');
-  if (eq == std::string::npos || dot == std::string::npos || dot == 0 ||
-      dot + 1 == name.size() || name.find('.', dot + 1) != std::string::npos) {
+  if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == name.size() ||
+      name.find('.', dot + 1) != std::string::npos) {
     throw input_error("command-line argument '" + arg +
                       "' is not an override: expected section.key=value, for example "
                       "train.steps=200");
@@ -297,8 +296,8 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   } catch (const toml::parse_error& e) {
     const auto& src = e.source();
     throw input_error(deck_path + ":" + std::to_string(src.begin.line) + ":" +
-                      std::to_string(src.begin.column) + ": not valid TOML: " +
-                      std::string(e.description()));
+                      std::to_string(src.begin.column) +
+                      ": not valid TOML: " + std::string(e.description()));
   }
   std::set<std::string> overridden;
   for (const auto& o : overrides) apply_override(root, o, overridden);
@@ -318,10 +317,9 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.model.vocab_size = static_cast<int>(r.get_int("model", "vocab_size", {}, 2, 65536));
   c.model.tie_embeddings = r.get_bool("model", "tie_embeddings", true);
   if (c.model.d_model % c.model.n_head != 0) {
-    r.fail("model", "n_head", "= " + std::to_string(c.model.n_head) +
-                                  " does not divide model.d_model = " +
-                                  std::to_string(c.model.d_model) +
-                                  ": choose a head count that divides d_model");
+    r.fail("model", "n_head",
+           "= " + std::to_string(c.model.n_head) + " does not divide model.d_model = " +
+               std::to_string(c.model.d_model) + ": choose a head count that divides d_model");
   }
 
   // [parallel]
@@ -329,16 +327,17 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.parallel.tp = static_cast<int>(r.get_int("parallel", "tp", 1, 1, 65536));
   c.parallel.dp = static_cast<int>(r.get_int("parallel", "dp", 0, 0, 1 << 24));
   c.parallel.virtual_stages = static_cast<int>(r.get_int("parallel", "virtual_stages", 1, 1, 64));
-  c.parallel.schedule = r.get_string("parallel", "schedule", "1f1b",
-                                     {"gpipe", "1f1b", "interleaved", "zb-h1"});
+  c.parallel.schedule =
+      r.get_string("parallel", "schedule", "1f1b", {"gpipe", "1f1b", "interleaved", "zb-h1"});
   c.parallel.micro_batches = static_cast<int>(r.get_int("parallel", "micro_batches", 0, 0, kBig));
   if (const toml::node* p = r.raw("parallel", "partition"); p != nullptr && p->is_array()) {
     c.parallel.partition = "explicit";
     for (const auto& e : *p->as_array()) {
       if (!e.is_integer() || *e.value<std::int64_t>() < 1) {
-        r.fail("parallel", "partition", "= " + describe(*p) +
-                                            ": an explicit partition is a list of layer counts "
-                                            "per stage, each >= 1");
+        r.fail("parallel", "partition",
+               "= " + describe(*p) +
+                   ": an explicit partition is a list of layer counts "
+                   "per stage, each >= 1");
       }
       c.parallel.partition_layers.push_back(static_cast<int>(*e.value<std::int64_t>()));
     }
@@ -353,8 +352,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.train.micro_batch = static_cast<int>(r.get_int("train", "micro_batch", {}, 1, kBig));
   c.train.lr = r.get_double("train", "lr", 3e-4, 0.0, 10.0, true);
   c.train.min_lr = r.get_double("train", "min_lr", c.train.lr / 10.0, 0.0, c.train.lr);
-  c.train.warmup_steps =
-      static_cast<int>(r.get_int("train", "warmup_steps", 0, 0, c.train.steps));
+  c.train.warmup_steps = static_cast<int>(r.get_int("train", "warmup_steps", 0, 0, c.train.steps));
   c.train.weight_decay = r.get_double("train", "weight_decay", 0.1, 0.0, 10.0);
   c.train.grad_clip = r.get_double("train", "grad_clip", 1.0, 0.0, 1e6);
   c.train.beta1 = r.get_double("train", "beta1", 0.9, 0.0, 0.999999);
@@ -397,8 +395,10 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
     throw input_error(deck_path + ": [checkpoint] is not supported yet: HDF5 checkpoints come "
                                   "in a later release; remove the section");
   }
-  if (c.parallel.pp > 1) not_supported(r, "parallel", "pp", "pipeline parallelism needs pp = 1 for now");
-  if (c.parallel.tp > 1) not_supported(r, "parallel", "tp", "tensor parallelism needs tp = 1 for now");
+  if (c.parallel.pp > 1)
+    not_supported(r, "parallel", "pp", "pipeline parallelism needs pp = 1 for now");
+  if (c.parallel.tp > 1)
+    not_supported(r, "parallel", "tp", "tensor parallelism needs tp = 1 for now");
   if (c.parallel.virtual_stages > 1) {
     not_supported(r, "parallel", "virtual_stages", "virtual stages need pp > 1; use 1");
   }
@@ -407,8 +407,9 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   }
   if (c.log.trace) not_supported(r, "log", "trace", "Chrome traces come with the pipeline engine");
   if (c.runtime.hang_timeout_s > 0.0) {
-    not_supported(r, "runtime", "hang_timeout_s", "the hang watchdog comes with the pipeline "
-                                                  "engine; use 0");
+    not_supported(r, "runtime", "hang_timeout_s",
+                  "the hang watchdog comes with the pipeline "
+                  "engine; use 0");
   }
   if (c.runtime.exit_after_steps > 0) {
     not_supported(r, "runtime", "exit_after_steps", "it needs checkpoints; use 0");
@@ -418,37 +419,41 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   const int pp = c.parallel.pp;
   const int tp = c.parallel.tp;
   if (c.model.n_head % tp != 0) {
-    r.fail("parallel", "tp", "= " + std::to_string(tp) + " does not divide model.n_head = " +
-                                 std::to_string(c.model.n_head) +
-                                 ": tensor parallelism splits whole heads");
+    r.fail("parallel", "tp",
+           "= " + std::to_string(tp) + " does not divide model.n_head = " +
+               std::to_string(c.model.n_head) + ": tensor parallelism splits whole heads");
   }
   if (c.parallel.dp == 0) {
     if (world_size % (pp * tp) != 0) {
-      r.fail("parallel", "pp", "* parallel.tp = " + std::to_string(pp * tp) +
-                                   " does not divide the job's " + std::to_string(world_size) +
-                                   " ranks: launch a multiple of pp*tp ranks");
+      r.fail("parallel", "pp",
+             "* parallel.tp = " + std::to_string(pp * tp) + " does not divide the job's " +
+                 std::to_string(world_size) + " ranks: launch a multiple of pp*tp ranks");
     }
     c.parallel.dp = world_size / (pp * tp);
   }
   const int dp = c.parallel.dp;
   if (static_cast<long long>(pp) * dp * tp != world_size) {
-    r.fail("parallel", "dp", "= " + std::to_string(dp) + ": pp*dp*tp = " + std::to_string(pp) +
-                                 "*" + std::to_string(dp) + "*" + std::to_string(tp) + " = " +
-                                 std::to_string(static_cast<long long>(pp) * dp * tp) +
-                                 " but the job has " + std::to_string(world_size) +
-                                 " ranks: change the layout or the rank count (mpirun -np)");
+    r.fail("parallel", "dp",
+           "= " + std::to_string(dp) + ": pp*dp*tp = " + std::to_string(pp) + "*" +
+               std::to_string(dp) + "*" + std::to_string(tp) + " = " +
+               std::to_string(static_cast<long long>(pp) * dp * tp) + " but the job has " +
+               std::to_string(world_size) +
+               " ranks: change the layout or the rank count (mpirun -np)");
   }
   if (c.model.n_layer < pp * c.parallel.virtual_stages) {
-    r.fail("model", "n_layer", "= " + std::to_string(c.model.n_layer) + " is fewer than pp * "
-                                   "virtual_stages = " +
-                                   std::to_string(pp * c.parallel.virtual_stages) +
-                                   ": every stage chunk needs at least one layer");
+    r.fail("model", "n_layer",
+           "= " + std::to_string(c.model.n_layer) +
+               " is fewer than pp * "
+               "virtual_stages = " +
+               std::to_string(pp * c.parallel.virtual_stages) +
+               ": every stage chunk needs at least one layer");
   }
   if (c.train.global_batch % (dp * c.train.micro_batch) != 0) {
     r.fail("train", "global_batch",
-           "= " + std::to_string(c.train.global_batch) + " is not divisible by dp * micro_batch = " +
-               std::to_string(dp) + " * " + std::to_string(c.train.micro_batch) +
-               ": make global_batch a multiple of " + std::to_string(dp * c.train.micro_batch));
+           "= " + std::to_string(c.train.global_batch) +
+               " is not divisible by dp * micro_batch = " + std::to_string(dp) + " * " +
+               std::to_string(c.train.micro_batch) + ": make global_batch a multiple of " +
+               std::to_string(dp * c.train.micro_batch));
   }
   const int accum = c.accumulation();
   if (c.parallel.micro_batches != 0 && c.parallel.micro_batches != accum) {
@@ -465,9 +470,9 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
     if (c.parallel.partition_layers.size() != want || sum != c.model.n_layer) {
       r.fail("parallel", "partition",
              "lists " + std::to_string(c.parallel.partition_layers.size()) + " stages with " +
-                 std::to_string(sum) + " layers; it needs pp*virtual_stages = " +
-                 std::to_string(want) + " entries summing to model.n_layer = " +
-                 std::to_string(c.model.n_layer));
+                 std::to_string(sum) +
+                 " layers; it needs pp*virtual_stages = " + std::to_string(want) +
+                 " entries summing to model.n_layer = " + std::to_string(c.model.n_layer));
     }
   }
 

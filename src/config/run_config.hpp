@@ -23,7 +23,7 @@ struct ParallelConfig {
   int tp = 1;
   int virtual_stages = 1;
   std::string schedule = "1f1b";
-  int micro_batches = 0;           // per pipeline per step; derived from the batch sizes
+  int micro_batches = 0; // per pipeline per step; derived from the batch sizes
   std::string partition = "uniform";
   std::vector<int> partition_layers; // explicit list, when partition is a list
 };

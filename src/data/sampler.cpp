@@ -8,8 +8,8 @@ void Sampler::fill(std::int64_t step, std::int64_t first, int rows, std::int32_t
                    std::int32_t* targets) const {
   const std::uint64_t starts = file_.size() - static_cast<std::uint64_t>(T_); // offsets 0..n-T-1
   for (int r = 0; r < rows; ++r) {
-    const std::uint64_t h = hash3(seed_, static_cast<std::uint64_t>(step),
-                                  static_cast<std::uint64_t>(first + r));
+    const std::uint64_t h =
+        hash3(seed_, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(first + r));
     const std::uint16_t* tok = file_.tokens() + h % starts;
     std::int32_t* in = inputs + static_cast<std::size_t>(r) * T_;
     std::int32_t* tg = targets + static_cast<std::size_t>(r) * T_;

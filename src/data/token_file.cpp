@@ -38,8 +38,9 @@ TokenFile::TokenFile(const std::string& path, int vocab_size, int min_tokens) : 
   const std::size_t header_bytes = kTokenHeaderInts * sizeof(std::int32_t);
   if (bytes < header_bytes) {
     ::close(fd);
-    bad(path, "is " + std::to_string(bytes) + " bytes, shorter than the 1024-byte header: not a "
-                                              "token file, or truncated");
+    bad(path, "is " + std::to_string(bytes) +
+                  " bytes, shorter than the 1024-byte header: not a "
+                  "token file, or truncated");
   }
   map_ = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -87,7 +88,9 @@ TokenFile::TokenFile(const std::string& path, int vocab_size, int min_tokens) : 
   }
 }
 
-TokenFile::~TokenFile() { release(); }
+TokenFile::~TokenFile() {
+  release();
+}
 
 void TokenFile::release() {
   if (map_ != nullptr) ::munmap(map_, map_bytes_);
@@ -103,9 +106,9 @@ void write_token_file(const std::string& path, const std::uint16_t* tokens, std:
   if (f == nullptr) {
     throw Error(ExitCode::other, "cannot write '" + path + "': " + std::strerror(errno));
   }
-  const bool ok = std::fwrite(header.data(), sizeof(std::int32_t), header.size(), f) ==
-                      header.size() &&
-                  std::fwrite(tokens, sizeof(std::uint16_t), count, f) == count;
+  const bool ok =
+      std::fwrite(header.data(), sizeof(std::int32_t), header.size(), f) == header.size() &&
+      std::fwrite(tokens, sizeof(std::uint16_t), count, f) == count;
   if (std::fclose(f) != 0 || !ok) {
     throw Error(ExitCode::other, "short write to '" + path + "'");
   }

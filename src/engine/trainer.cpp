@@ -45,8 +45,8 @@ void check_device(const DeviceConfig& d, MPI_Comm comm) {
     throw input_error("device.kind = \"cuda\": " + why + "; use device.kind=\"host\"");
   }
   throw input_error("device.kind = \"cuda\": CUDA backend not built yet (this build only detects "
-                    "devices: " + std::to_string(n) + " visible, " + why +
-                    "); use device.kind=\"host\"");
+                    "devices: " +
+                    std::to_string(n) + " visible, " + why + "); use device.kind=\"host\"");
 }
 
 int blas_threads_for(const DeviceConfig& d, const Layout& layout) {
@@ -167,8 +167,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout) {
     stage.zero_grads();
     double loss = 0.0;
     for (int j = 0; j < accum; ++j) {
-      const std::int64_t first =
-          (static_cast<std::int64_t>(dp_rank) * accum + j) * t.micro_batch;
+      const std::int64_t first = (static_cast<std::int64_t>(dp_rank) * accum + j) * t.micro_batch;
       sampler.fill(step, first, t.micro_batch, acts.tokens.data(), acts.targets.data());
       loss += stage.forward(acts);
       stage.backward(acts, nullptr, loss_scale, nullptr);
@@ -216,8 +215,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout) {
     }
     result.steps_done = step + 1;
     result.final_loss = loss;
-    const bool val_now = (cfg.data.val_every > 0 && (step + 1) % cfg.data.val_every == 0) ||
-                         step + 1 == t.steps;
+    const bool val_now =
+        (cfg.data.val_every > 0 && (step + 1) % cfg.data.val_every == 0) || step + 1 == t.steps;
     if (val_data && val_now) {
       validate(step + 1);
     }

@@ -9,7 +9,9 @@
 namespace pt {
 namespace {
 
-void copy(float* dst, const float* src, std::size_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+void copy(float* dst, const float* src, std::size_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
 
 std::uint64_t name_hash(const std::string& s) {
   std::uint64_t h = 1469598103934665603ULL; // FNV-1a
@@ -18,7 +20,8 @@ std::uint64_t name_hash(const std::string& s) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 } // namespace
@@ -28,8 +31,8 @@ std::size_t StageActivations::bytes() const {
                   lnf_mean.bytes() + lnf_rstd.bytes() + probs.bytes() + losses.bytes();
   for (const auto& k : blocks) {
     b += k.ln1.bytes() + k.ln1_mean.bytes() + k.ln1_rstd.bytes() + k.qkv.bytes() + k.att.bytes() +
-         k.atty.bytes() + k.res2.bytes() + k.ln2.bytes() + k.ln2_mean.bytes() +
-         k.ln2_rstd.bytes() + k.fch.bytes() + k.fch_gelu.bytes() + k.out.bytes();
+         k.atty.bytes() + k.res2.bytes() + k.ln2.bytes() + k.ln2_mean.bytes() + k.ln2_rstd.bytes() +
+         k.fch.bytes() + k.fch_gelu.bytes() + k.out.bytes();
   }
   return b;
 }
@@ -39,16 +42,14 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       NH_(model.n_head), V_(model.vocab_size), N_(micro_batch * model.seq_len),
       layout_(model, stage), params_(layout_.total()), grads_(layout_.total()),
       d_fch_gelu_(static_cast<std::size_t>(N_) * 4 * C_),
-      d_atty_(static_cast<std::size_t>(N_) * C_),
-      att_scratch_(static_cast<std::size_t>(T_) * T_) {}
+      d_atty_(static_cast<std::size_t>(N_) * C_), att_scratch_(static_cast<std::size_t>(T_) * T_) {}
 
 BlockTensors GptStage::block(float* base, int layer) const {
   const std::string p = layer_prefix(layer);
   auto at = [&](const char* n) { return base + layout_.at(p + n).offset; };
-  return {at("ln1/weight"),      at("ln1/bias"),      at("attn/qkv/weight"),
-          at("attn/qkv/bias"),   at("attn/proj/weight"), at("attn/proj/bias"),
-          at("ln2/weight"),      at("ln2/bias"),      at("mlp/fc/weight"),
-          at("mlp/fc/bias"),     at("mlp/proj/weight"), at("mlp/proj/bias")};
+  return {at("ln1/weight"),       at("ln1/bias"),       at("attn/qkv/weight"), at("attn/qkv/bias"),
+          at("attn/proj/weight"), at("attn/proj/bias"), at("ln2/weight"),      at("ln2/bias"),
+          at("mlp/fc/weight"),    at("mlp/fc/bias"),    at("mlp/proj/weight"), at("mlp/proj/bias")};
 }
 
 EdgeTensors GptStage::edges(float* base) const {
@@ -66,14 +67,15 @@ void GptStage::init_parameters(std::uint64_t seed) {
   const double resid_std = 0.02 / std::sqrt(2.0 * model_.n_layer);
   for (const auto& t : layout_.tensors()) {
     float* p = params_.data() + t.offset;
-    const bool is_norm = t.name.find("ln") != std::string::npos &&
-                         t.name.find("lm_head") == std::string::npos;
+    const bool is_norm =
+        t.name.find("ln") != std::string::npos && t.name.find("lm_head") == std::string::npos;
     if (ends_with(t.name, "bias")) {
       std::fill(p, p + t.size, 0.0f);
     } else if (is_norm) {
       std::fill(p, p + t.size, 1.0f);
     } else {
-      const bool resid = ends_with(t.name, "attn/proj/weight") || ends_with(t.name, "mlp/proj/weight");
+      const bool resid =
+          ends_with(t.name, "attn/proj/weight") || ends_with(t.name, "mlp/proj/weight");
       const double std = resid ? resid_std : 0.02;
       const std::uint64_t h = name_hash(t.name);
       for (std::size_t i = 0; i < t.size; ++i) {
@@ -87,7 +89,9 @@ void GptStage::init_parameters(std::uint64_t seed) {
   }
 }
 
-void GptStage::zero_grads() { ops::zero(grads_.data(), grads_.size()); }
+void GptStage::zero_grads() {
+  ops::zero(grads_.data(), grads_.size());
+}
 
 StageActivations GptStage::make_activations() const {
   const std::size_t N = N_, C = C_;
@@ -152,14 +156,14 @@ const float* GptStage::block_input(const StageActivations& a, int i) const {
 void GptStage::block_forward(int i, const float* x, BlockActivations& a) {
   const BlockTensors w = block(params_.data(), spec_.layer_begin + i);
   const int N = N_, C = C_;
-  ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b,
-                         N, C);
+  ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, N,
+                         C);
   ops::matmul_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * C);
   ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, T_, C, NH_);
   ops::matmul_forward(a.res2.data(), a.atty.data(), w.proj_w, w.proj_b, N, C, C);
   ops::accumulate(a.res2.data(), x, a.res2.size());
-  ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
-                         w.ln2_w, w.ln2_b, N, C);
+  ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), w.ln2_w,
+                         w.ln2_b, N, C);
   ops::matmul_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, N, C, 4 * C);
   ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), a.fch.size());
   ops::matmul_forward(a.out.data(), a.fch_gelu.data(), w.fcp_w, w.fcp_b, N, 4 * C, C);
@@ -220,16 +224,15 @@ void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
   const int N = N_, C = C_;
   ops::matmul_backward_weight(g.fcp_w, g.fcp_b, s.dout, a.fch_gelu.data(), N, 4 * C, C);
   ops::matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), a.ln2.data(), N, C, 4 * C);
-  ops::layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(),
-                                 a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  ops::layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(), a.ln2_mean.data(),
+                                 a.ln2_rstd.data(), N, C);
   ops::matmul_backward_weight(g.proj_w, g.proj_b, s.d_res2.data(), a.atty.data(), N, C, C);
   ops::matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), a.ln1.data(), N, C, 3 * C);
   ops::layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
                                  a.ln1_rstd.data(), N, C);
 }
 
-void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf,
-                                   float* dx) {
+void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx) {
   const EdgeTensors e = edges(params_.data());
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
   // probs become d logits in place
@@ -250,8 +253,7 @@ void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf) {
                                  N_, C_);
 }
 
-void GptStage::backward(StageActivations& a, const float* dout, float loss_scale,
-                        float* d_input) {
+void GptStage::backward(StageActivations& a, const float* dout, float loss_scale, float* d_input) {
   // One block stash reused block after block; the gradient flowing down the stage lives in
   // fused_.d_input, which also ends up holding the stage input's gradient.
   if (fused_.blocks.empty()) fused_ = make_stash(1);

@@ -16,18 +16,18 @@ namespace pt {
 
 // Pointers to one transformer block's tensors inside a flat buffer (parameters or gradients).
 struct BlockTensors {
-  float* ln1_w;   // (C)
-  float* ln1_b;   // (C)
-  float* qkv_w;   // (3C, C)
-  float* qkv_b;   // (3C)
-  float* proj_w;  // (C, C)
-  float* proj_b;  // (C)
-  float* ln2_w;   // (C)
-  float* ln2_b;   // (C)
-  float* fc_w;    // (4C, C)
-  float* fc_b;    // (4C)
-  float* fcp_w;   // (C, 4C)
-  float* fcp_b;   // (C)
+  float* ln1_w;  // (C)
+  float* ln1_b;  // (C)
+  float* qkv_w;  // (3C, C)
+  float* qkv_b;  // (3C)
+  float* proj_w; // (C, C)
+  float* proj_b; // (C)
+  float* ln2_w;  // (C)
+  float* ln2_b;  // (C)
+  float* fc_w;   // (4C, C)
+  float* fc_b;   // (4C)
+  float* fcp_w;  // (C, 4C)
+  float* fcp_b;  // (C)
 };
 
 // Non-block tensors (null when the stage does not hold them).
@@ -138,8 +138,8 @@ private:
   FloatBuffer params_;
   FloatBuffer grads_;
   // scratch shared by all micro-batches (single-threaded use)
-  FloatBuffer d_fch_gelu_; // (N,4C)
-  FloatBuffer d_atty_;     // (N,C)
+  FloatBuffer d_fch_gelu_;  // (N,4C)
+  FloatBuffer d_atty_;      // (N,C)
   FloatBuffer att_scratch_; // (T,T)
   StageStash fused_;        // one block's stash, reused by backward() block after block
 };

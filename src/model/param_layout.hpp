@@ -16,8 +16,8 @@ struct ParamTensor {
   std::vector<int> shape;
   std::size_t offset = 0; // in floats
   std::size_t size = 0;
-  bool decay = false;     // weight decay applies (matrices and embeddings, not biases or norms)
-  int layer = -1;         // transformer layer, -1 for embeddings / final norm / head
+  bool decay = false; // weight decay applies (matrices and embeddings, not biases or norms)
+  int layer = -1;     // transformer layer, -1 for embeddings / final norm / head
 };
 
 // Which part of the model a rank holds: the embedding (first stage), layers [begin, end), and

@@ -7,8 +7,8 @@
 namespace pt {
 
 AdamW::AdamW(const ParamLayout& layout, const TrainConfig& t)
-    : layout_(layout), beta1_(t.beta1), beta2_(t.beta2), eps_(t.eps),
-      weight_decay_(t.weight_decay), m_(layout.total()), v_(layout.total()) {}
+    : layout_(layout), beta1_(t.beta1), beta2_(t.beta2), eps_(t.eps), weight_decay_(t.weight_decay),
+      m_(layout.total()), v_(layout.total()) {}
 
 void AdamW::step(float* params, const float* grads, double lr, float grad_scale) {
   ++t_;
@@ -22,8 +22,8 @@ void AdamW::step(float* params, const float* grads, double lr, float grad_scale)
   s.beta2_t = std::pow(beta2_, t_);
   for (const auto& tensor : layout_.tensors()) {
     s.weight_decay = tensor.decay ? static_cast<float>(weight_decay_) : 0.0f;
-    ops::adamw_update(params + tensor.offset, m_.data() + tensor.offset,
-                      v_.data() + tensor.offset, grads + tensor.offset, tensor.size, s);
+    ops::adamw_update(params + tensor.offset, m_.data() + tensor.offset, v_.data() + tensor.offset,
+                      grads + tensor.offset, tensor.size, s);
   }
 }
 

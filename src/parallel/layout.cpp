@@ -70,8 +70,8 @@ Layout::~Layout() {
 std::string Layout::table() const {
   if (rank_ != 0) return {};
   std::ostringstream os;
-  os << "layout: pp " << pp_ << " x dp " << dp_ << " x tp " << tp_ << " = " << size_
-     << " ranks on " << nodes_ << " node(s)\n";
+  os << "layout: pp " << pp_ << " x dp " << dp_ << " x tp " << tp_ << " = " << size_ << " ranks on "
+     << nodes_ << " node(s)\n";
   os << "  rank  node  pp  dp  tp  host\n";
   constexpr int kShown = 64; // a big job prints the first ranks only
   for (int r = 0; r < size_ && r < kShown; ++r) {

@@ -35,7 +35,7 @@ public:
   int pp() const { return pp_; }
   int dp() const { return dp_; }
   int tp() const { return tp_; }
-  int node() const { return node_; }             // node index, 0-based, in rank order
+  int node() const { return node_; } // node index, 0-based, in rank order
   int nodes() const { return nodes_; }
   int ranks_on_node() const { return ranks_on_node_; }
 

@@ -30,8 +30,8 @@ MetricsLog::MetricsLog(const std::string& dir, bool active) {
   path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
   file_ = ec ? nullptr : std::fopen(path_.c_str(), "a");
   if (file_ == nullptr) {
-    throw input_error("log.dir: cannot write '" + path_ + "': " +
-                      (ec ? ec.message() : std::string(std::strerror(errno))) +
+    throw input_error("log.dir: cannot write '" + path_ +
+                      "': " + (ec ? ec.message() : std::string(std::strerror(errno))) +
                       "\n---> HINT: set log.dir to a writable directory");
   }
 }

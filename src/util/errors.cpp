@@ -45,7 +45,8 @@ void check_mpi(int err, const char* call, const char* file, int line) {
   int len = 0;
   MPI_Error_string(err, text, &len);
   fatal(std::string("MPI error in ") + call + " at " + file + ":" + std::to_string(line) + ": " +
-        text + "\n---> HINT: check the launcher (mpirun/srun) and that all ranks run the same"
+        text +
+        "\n---> HINT: check the launcher (mpirun/srun) and that all ranks run the same"
         " binary");
 }
 

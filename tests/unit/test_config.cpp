@@ -50,10 +50,10 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(c.parallel.schedule, "1f1b");
   EXPECT_TRUE(c.model.tie_embeddings);
   EXPECT_EQ(c.comm.allreduce, "auto");
-  const RunConfig d = parse_deck(
-      "[model]\nn_layer=1\nn_head=1\nd_model=8\nseq_len=4\nvocab_size=16\n"
-      "[train]\nsteps=1\nglobal_batch=1\nmicro_batch=1\nlr=0.01\n[data]\npath=\"x\"\n",
-      "d.toml", {}, 1);
+  const RunConfig d =
+      parse_deck("[model]\nn_layer=1\nn_head=1\nd_model=8\nseq_len=4\nvocab_size=16\n"
+                 "[train]\nsteps=1\nglobal_batch=1\nmicro_batch=1\nlr=0.01\n[data]\npath=\"x\"\n",
+                 "d.toml", {}, 1);
   EXPECT_DOUBLE_EQ(d.train.min_lr, 0.001); // lr / 10
 }
 

@@ -61,7 +61,8 @@ TEST_F(TokenData, SamplerIsDeterministicAndSplitsAcrossRanks) {
   // targets are the inputs shifted by one token, from the file
   for (int r = 0; r < 8; ++r) {
     for (int t = 0; t + 1 < T; ++t) {
-      ASSERT_EQ(tg8[static_cast<std::size_t>(r * T + t)], in8[static_cast<std::size_t>(r * T + t + 1)]);
+      ASSERT_EQ(tg8[static_cast<std::size_t>(r * T + t)],
+                in8[static_cast<std::size_t>(r * T + t + 1)]);
     }
   }
   // another step, or another seed, draws other sequences

@@ -49,7 +49,8 @@ TEST(Kernels, MatmulWithBiasMatchesLoops) {
   for (int n = 0; n < N; ++n) {
     for (int k = 0; k < OC; ++k) {
       double want = b[static_cast<std::size_t>(k)];
-      for (int c = 0; c < C; ++c) want += inp[static_cast<std::size_t>(n * C + c)] * w[static_cast<std::size_t>(k * C + c)];
+      for (int c = 0; c < C; ++c)
+        want += inp[static_cast<std::size_t>(n * C + c)] * w[static_cast<std::size_t>(k * C + c)];
       EXPECT_NEAR(out[static_cast<std::size_t>(n * OC + k)], want, 1e-5);
     }
   }

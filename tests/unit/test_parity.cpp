@@ -111,7 +111,8 @@ TEST_P(Parity, LogitsLossAndEveryGradient) {
   stage->backward(a, nullptr, 1.0f / N, nullptr);
   double worst = 0.0;
   for (const auto& t : stage->layout().tensors()) {
-    const double err = rel_l2(stage->grads() + t.offset, file_.read<float>(group_ + "/grads/" + t.name));
+    const double err =
+        rel_l2(stage->grads() + t.offset, file_.read<float>(group_ + "/grads/" + t.name));
     std::printf("  grad %-23s rel err %.3e\n", t.name.c_str(), err);
     EXPECT_LE(err, kTensorTol) << "gradient of " << t.name;
     worst = std::max(worst, err);
@@ -163,7 +164,8 @@ TEST_P(Parity, TenAdamWSteps) {
                 step + 1, loss, losses[static_cast<std::size_t>(step)], loss_err, norm,
                 norms[static_cast<std::size_t>(step)]);
     EXPECT_LE(loss_err, kLossTol) << "step " << step + 1;
-    EXPECT_NEAR(norm, norms[static_cast<std::size_t>(step)], 1e-4 * norms[static_cast<std::size_t>(step)]);
+    EXPECT_NEAR(norm, norms[static_cast<std::size_t>(step)],
+                1e-4 * norms[static_cast<std::size_t>(step)]);
     EXPECT_NEAR(lr, lrs[static_cast<std::size_t>(step)], 1e-15);
     opt.step(stage->params(), stage->grads(), lr, coef < 1.0 ? static_cast<float>(coef) : 1.0f);
   }

@@ -11,14 +11,18 @@
 #include <cblas.h>
 extern "C" void openblas_set_num_threads(int);
 static const char* kLib = "openblas";
-static void set_threads(int t) { openblas_set_num_threads(t); }
+static void set_threads(int t) {
+  openblas_set_num_threads(t);
+}
 static void gemm(int M, int N, int K, const float* A, const float* B, float* C) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
 }
 #elif defined(PT_BENCH_BLIS)
 #include <blis.h>
 static const char* kLib = "blis";
-static void set_threads(int t) { bli_thread_set_num_threads(t); }
+static void set_threads(int t) {
+  bli_thread_set_num_threads(t);
+}
 static void gemm(int M, int N, int K, const float* A, const float* B, float* C) {
   float one = 1.0f, zero = 0.0f;
   bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, M, N, K, &one, const_cast<float*>(A), K, 1,
@@ -28,7 +32,9 @@ static void gemm(int M, int N, int K, const float* A, const float* B, float* C) 
 #include <dnnl.h>
 #include <omp.h>
 static const char* kLib = "onednn";
-static void set_threads(int t) { omp_set_num_threads(t); }
+static void set_threads(int t) {
+  omp_set_num_threads(t);
+}
 static void gemm(int M, int N, int K, const float* A, const float* B, float* C) {
   dnnl_sgemm('N', 'N', M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
 }
@@ -43,8 +49,8 @@ int main(int argc, char** argv) {
                            {1536, 384, 2048}, {256, 256, 64},    {2048, 2048, 2048}};
   for (const auto& s : shapes) {
     const int M = s[0], N = s[1], K = s[2];
-    std::vector<float> A(static_cast<std::size_t>(M) * K, 0.5f), B(static_cast<std::size_t>(K) * N, 0.25f),
-        C(static_cast<std::size_t>(M) * N);
+    std::vector<float> A(static_cast<std::size_t>(M) * K, 0.5f),
+        B(static_cast<std::size_t>(K) * N, 0.25f), C(static_cast<std::size_t>(M) * N);
     gemm(M, N, K, A.data(), B.data(), C.data()); // warm up
     const double flop = 2.0 * M * N * K;
     int reps = 0;
