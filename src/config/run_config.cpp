@@ -476,6 +476,11 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
     }
   }
 
+  // the resolved deck records what this run does: derived values written out
+  if (toml::table* par = root.get_as<toml::table>("parallel")) {
+    par->insert_or_assign("dp", static_cast<std::int64_t>(c.parallel.dp));
+    par->insert_or_assign("micro_batches", static_cast<std::int64_t>(c.parallel.micro_batches));
+  }
   std::ostringstream os;
   os << root;
   c.resolved_text = os.str();

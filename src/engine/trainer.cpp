@@ -37,7 +37,7 @@ std::unique_ptr<TokenFile> open_collectively(MPI_Comm comm, const std::string& p
   return f;
 }
 
-void check_device(const DeviceConfig& d, MPI_Comm comm) {
+void check_device(const DeviceConfig& d) {
   if (d.kind != "cuda") return;
   std::string why;
   const int n = cuda::device_count(why);
@@ -96,7 +96,7 @@ void print_plan(const RunConfig& cfg, const Layout& layout) {
 }
 
 TrainResult train(const RunConfig& cfg, const Layout& layout) {
-  check_device(cfg.device, layout.world());
+  check_device(cfg.device);
   const bool root = layout.rank() == 0;
   const auto& m = cfg.model;
   const auto& t = cfg.train;
@@ -142,8 +142,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout) {
   const float loss_scale = 1.0f / (static_cast<float>(N) * accum * layout.dp());
   const double tokens_per_step = static_cast<double>(t.global_batch) * m.seq_len;
   const double fpt = flops_per_token(m);
-  const double mem_bytes =
-      static_cast<double>(2 * stage.num_params() * sizeof(float) + opt.bytes() + acts.bytes());
+  const double mem_bytes = static_cast<double>(stage.bytes() + opt.bytes() + acts.bytes());
 
   auto validate = [&](int step) {
     const int batches = cfg.data.val_batches;

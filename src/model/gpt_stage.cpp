@@ -37,6 +37,14 @@ std::size_t StageActivations::bytes() const {
   return b;
 }
 
+std::size_t GptStage::bytes() const {
+  const std::size_t NC = static_cast<std::size_t>(N_) * C_;
+  // fused_ holds one block stash (4C + C + C + 3C + C + C per row) plus d_lnf, d_output, d_input
+  const std::size_t fused = (11 * NC + (spec_.last ? 2 * NC : 0) + NC) * sizeof(float);
+  return params_.bytes() + grads_.bytes() + d_fch_gelu_.bytes() + d_atty_.bytes() +
+         att_scratch_.bytes() + fused;
+}
+
 GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch)
     : model_(model), spec_(stage), B_(micro_batch), T_(model.seq_len), C_(model.d_model),
       NH_(model.n_head), V_(model.vocab_size), N_(micro_batch * model.seq_len),

@@ -93,6 +93,8 @@ public:
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
   std::size_t num_params() const { return layout_.total(); }
+  // Bytes of parameters, gradients and the backward workspace (not activations or optimizer).
+  std::size_t bytes() const;
 
   // Fills the parameters per DESIGN.md section 5 from (seed, tensor name, index): the same
   // values whatever the layout.
