@@ -1,0 +1,222 @@
+// Schedule generators. Sources for each schedule's shape: notes/schedules.md (GPipe,
+// arXiv 1811.06965; 1F1B / PipeDream-Flush, arXiv 2006.09503; interleaved 1F1B, arXiv 2104.04473
+// and Megatron-LM's schedules.py; ZB-H1, arXiv 2401.10241).
+#include <algorithm>
+#include <deque>
+#include <stdexcept>
+
+#include "schedule/schedule.hpp"
+
+namespace pt::schedule {
+
+const char* op_name(Op op) {
+  switch (op) {
+  case Op::F:
+    return "F";
+  case Op::B:
+    return "B";
+  case Op::BI:
+    return "BI";
+  case Op::BW:
+    return "BW";
+  case Op::SEND_ACT:
+    return "SEND_ACT";
+  case Op::RECV_ACT:
+    return "RECV_ACT";
+  case Op::SEND_GRAD:
+    return "SEND_GRAD";
+  case Op::RECV_GRAD:
+    return "RECV_GRAD";
+  }
+  return "?";
+}
+
+std::string describe(const Action& a) {
+  std::string s = std::string(op_name(a.op)) + "(mb " + std::to_string(a.mb) + ", chunk " +
+                  std::to_string(a.chunk) + ")";
+  if (a.op == Op::SEND_ACT || a.op == Op::SEND_GRAD) s += " to rank " + std::to_string(a.peer);
+  if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) s += " from rank " + std::to_string(a.peer);
+  return s;
+}
+
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+  return names;
+}
+
+namespace {
+
+Schedule empty(const std::string& name, int p, int m, int v) {
+  if (p < 1 || m < 1 || v < 1) {
+    throw std::invalid_argument(name + ": p, m and v must be >= 1");
+  }
+  Schedule s;
+  s.name = name;
+  s.p = p;
+  s.m = m;
+  s.v = v;
+  s.ranks.resize(static_cast<std::size_t>(p));
+  return s;
+}
+
+} // namespace
+
+// All forwards, then all backwards (fill and drain).
+Schedule gpipe(int p, int m) {
+  Schedule s = empty("gpipe", p, m, 1);
+  for (int r = 0; r < p; ++r) {
+    auto& a = s.ranks[static_cast<std::size_t>(r)];
+    for (int i = 0; i < m; ++i) a.push_back({Op::F, i, 0});
+    for (int i = 0; i < m; ++i) a.push_back({Op::B, i, 0});
+  }
+  return s;
+}
+
+// 1F1B: p - r - 1 warm-up forwards, then one forward / one backward, then the remaining backwards.
+Schedule one_f_one_b(int p, int m) {
+  Schedule s = empty("1f1b", p, m, 1);
+  for (int r = 0; r < p; ++r) {
+    auto& a = s.ranks[static_cast<std::size_t>(r)];
+    const int warmup = std::min(p - r - 1, m);
+    for (int i = 0; i < warmup; ++i) a.push_back({Op::F, i, 0});
+    for (int i = 0; i < m - warmup; ++i) {
+      a.push_back({Op::F, warmup + i, 0});
+      a.push_back({Op::B, i, 0});
+    }
+    for (int i = m - warmup; i < m; ++i) a.push_back({Op::B, i, 0});
+  }
+  return s;
+}
+
+// Megatron's interleaved 1F1B: virtual micro-batch k runs chunk (k mod p*v) / p on micro-batch
+// (k / (p*v)) * p + k mod p; backwards visit the chunks in reverse. Warm-up is
+// 2*(p - r - 1) + (v - 1)*p virtual micro-batches (all of them when m == p).
+Schedule interleaved_1f1b(int p, int m, int v) {
+  if (p < 2 || v < 2 || m % p != 0) {
+    throw std::invalid_argument("interleaved needs pp >= 2, virtual_stages >= 2 and micro-batches "
+                                "divisible by pp (got pp " +
+                                std::to_string(p) + ", v " + std::to_string(v) + ", m " +
+                                std::to_string(m) + ")");
+  }
+  Schedule s = empty("interleaved", p, m, v);
+  const int total = m * v;
+  auto chunk_of = [&](int k, bool forward) {
+    const int c = (k % (p * v)) / p;
+    return forward ? c : v - 1 - c;
+  };
+  auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+  for (int r = 0; r < p; ++r) {
+    auto& a = s.ranks[static_cast<std::size_t>(r)];
+    int warmup = m == p ? total : std::min(total, 2 * (p - r - 1) + (v - 1) * p);
+    for (int k = 0; k < warmup; ++k) a.push_back({Op::F, mb_of(k), chunk_of(k, true)});
+    for (int k = 0; k < total - warmup; ++k) {
+      a.push_back({Op::F, mb_of(warmup + k), chunk_of(warmup + k, true)});
+      a.push_back({Op::B, mb_of(k), chunk_of(k, false)});
+    }
+    for (int k = total - warmup; k < total; ++k) a.push_back({Op::B, mb_of(k), chunk_of(k, false)});
+  }
+  return s;
+}
+
+// ZB-H1 (Zero Bubble, arXiv 2401.10241 section 2): the backward is split into BI (input
+// gradient, on the critical path) and BW (weight gradient, deferrable). Built by a unit-cost
+// list scheduler: at each time step an idle rank runs, in order of preference, a ready BI; a
+// forward, if fewer than p - r micro-batches are between F and BI (1F1B's activation limit); the
+// oldest pending BW. W passes thus fill what would be 1F1B's bubbles, leaving about
+// (p-1)(T_F + T_B - T_W) of idle time per rank.
+Schedule zb_h1(int p, int m) {
+  Schedule s = empty("zb-h1", p, m, 1);
+  const std::size_t P = static_cast<std::size_t>(p);
+  constexpr int kNever = 1 << 30;
+  // finish times (unit costs) of F and BI per (rank, mb)
+  std::vector<std::vector<int>> f_done(P, std::vector<int>(static_cast<std::size_t>(m), kNever));
+  std::vector<std::vector<int>> bi_done = f_done;
+  std::vector<int> next_f(P, 0), next_bi(P, 0), busy_until(P, 0);
+  std::vector<std::deque<int>> pending_w(P);
+  int finished = 0;
+  for (int t = 0; finished < p; ++t) {
+    for (int r = 0; r < p; ++r) {
+      const std::size_t R = static_cast<std::size_t>(r);
+      if (busy_until[R] > t || (next_bi[R] == m && pending_w[R].empty())) continue;
+      auto& a = s.ranks[R];
+      const int b = next_bi[R];
+      const bool bi_ready = b < m && f_done[R][static_cast<std::size_t>(b)] <= t &&
+                            (r == p - 1 || bi_done[R + 1][static_cast<std::size_t>(b)] <= t);
+      const int f = next_f[R];
+      const bool f_ready = f < m && f - next_bi[R] < p - r &&
+                           (r == 0 || f_done[R - 1][static_cast<std::size_t>(f)] <= t);
+      if (bi_ready) {
+        a.push_back({Op::BI, b, 0});
+        bi_done[R][static_cast<std::size_t>(b)] = t + 1;
+        pending_w[R].push_back(b);
+        ++next_bi[R];
+      } else if (f_ready) {
+        a.push_back({Op::F, f, 0});
+        f_done[R][static_cast<std::size_t>(f)] = t + 1;
+        ++next_f[R];
+      } else if (!pending_w[R].empty()) {
+        a.push_back({Op::BW, pending_w[R].front(), 0});
+        pending_w[R].pop_front();
+      } else {
+        continue; // idle: waiting for a peer
+      }
+      busy_until[R] = t + 1;
+      if (next_bi[R] == m && pending_w[R].empty()) ++finished;
+    }
+  }
+  return s;
+}
+
+void add_communication(Schedule& s) {
+  const int S = s.stages();
+  for (int r = 0; r < s.p; ++r) {
+    std::vector<Action> out;
+    for (const Action& a : s.ranks[static_cast<std::size_t>(r)]) {
+      const int st = s.stage_of(r, a.chunk);
+      const bool has_prev = st > 0 && s.rank_of(st - 1) != r;
+      const bool has_next = st < S - 1 && s.rank_of(st + 1) != r;
+      switch (a.op) {
+      case Op::F:
+        if (has_prev) out.push_back({Op::RECV_ACT, a.mb, a.chunk, s.rank_of(st - 1)});
+        out.push_back(a);
+        if (has_next) out.push_back({Op::SEND_ACT, a.mb, a.chunk, s.rank_of(st + 1)});
+        break;
+      case Op::B:
+      case Op::BI:
+        if (has_next) out.push_back({Op::RECV_GRAD, a.mb, a.chunk, s.rank_of(st + 1)});
+        out.push_back(a);
+        if (has_prev) out.push_back({Op::SEND_GRAD, a.mb, a.chunk, s.rank_of(st - 1)});
+        break;
+      default:
+        out.push_back(a);
+      }
+    }
+    s.ranks[static_cast<std::size_t>(r)] = std::move(out);
+  }
+}
+
+Schedule make_schedule(const std::string& name, int p, int m, int v) {
+  Schedule s;
+  if (name == "interleaved") {
+    s = interleaved_1f1b(p, m, v);
+  } else {
+    if (v != 1) {
+      throw std::invalid_argument("schedule \"" + name +
+                                  "\" runs one chunk per rank: "
+                                  "virtual_stages must be 1 (use \"interleaved\" for v > 1)");
+    }
+    if (name == "gpipe") {
+      s = gpipe(p, m);
+    } else if (name == "1f1b") {
+      s = one_f_one_b(p, m);
+    } else if (name == "zb-h1") {
+      s = zb_h1(p, m);
+    } else {
+      throw std::invalid_argument("unknown schedule \"" + name + "\"");
+    }
+  }
+  add_communication(s);
+  return s;
+}
+
+} // namespace pt::schedule

@@ -1,0 +1,272 @@
+#include "schedule/validate.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+namespace pt::schedule {
+namespace {
+
+// A message is named by its direction, micro-batch and the virtual stage that sends it.
+using MsgKey = std::tuple<int, int, int>; // (0 act / 1 grad, mb, sender stage)
+
+std::string where(int rank, std::size_t index, const Action& a) {
+  return "rank " + std::to_string(rank) + " action " + std::to_string(index) + " " + describe(a);
+}
+
+// Replays the lists under the engine's rule, calling on_run(rank, index, action, ready_time)
+// for each action when it runs. Returns "" or the first problem.
+class Replay {
+public:
+  explicit Replay(const Schedule& s) : s_(s) {}
+
+  template <class OnRun> std::string run(OnRun&& on_run) {
+    const std::size_t P = static_cast<std::size_t>(s_.p);
+    std::vector<std::size_t> pc(P, 0);
+    std::size_t remaining = 0;
+    for (const auto& l : s_.ranks) remaining += l.size();
+    while (remaining > 0) {
+      bool progress = false;
+      for (int r = 0; r < s_.p; ++r) {
+        const auto& list = s_.ranks[static_cast<std::size_t>(r)];
+        while (pc[static_cast<std::size_t>(r)] < list.size()) {
+          const std::size_t i = pc[static_cast<std::size_t>(r)];
+          const Action& a = list[i];
+          const bool is_recv = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD;
+          if (is_recv) {
+            const std::string err = check_peer(r, i, a);
+            if (!err.empty()) return err;
+            if (!sent_.count(key_of_recv(r, a))) break; // blocked
+          }
+          const std::string err = apply(r, i, a);
+          if (!err.empty()) return err;
+          on_run(r, i, a);
+          ++pc[static_cast<std::size_t>(r)];
+          --remaining;
+          progress = true;
+        }
+      }
+      if (!progress) return deadlock(pc);
+    }
+    return finish();
+  }
+
+  MsgKey key_of_send(int r, const Action& a) const {
+    return {a.op == Op::SEND_ACT ? 0 : 1, a.mb, s_.stage_of(r, a.chunk)};
+  }
+  MsgKey key_of_recv(int r, const Action& a) const {
+    const int st = s_.stage_of(r, a.chunk);
+    return a.op == Op::RECV_ACT ? MsgKey{0, a.mb, st - 1} : MsgKey{1, a.mb, st + 1};
+  }
+
+  const std::vector<int>& peak_live() const { return peak_; }
+
+private:
+  std::string check_peer(int r, std::size_t i, const Action& a) const {
+    const int st = s_.stage_of(r, a.chunk);
+    const bool act = a.op == Op::RECV_ACT || a.op == Op::SEND_ACT;
+    const bool recv = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD;
+    // activations flow to st+1, gradients to st-1
+    const int other = (act != recv) ? st + 1 : st - 1;
+    if (other < 0 || other >= s_.stages()) {
+      return where(r, i, a) + ": stage " + std::to_string(st) + " has no " +
+             (other < 0 ? "previous" : "next") + " stage to exchange with";
+    }
+    if (a.peer != s_.rank_of(other)) {
+      return where(r, i, a) + ": wrong peer: stage " + std::to_string(other) + " is on rank " +
+             std::to_string(s_.rank_of(other));
+    }
+    return "";
+  }
+
+  std::string apply(int r, std::size_t i, const Action& a) {
+    if (a.mb < 0 || a.mb >= s_.m || a.chunk < 0 || a.chunk >= s_.v) {
+      return where(r, i, a) + ": micro-batch or chunk out of range (m " + std::to_string(s_.m) +
+             ", v " + std::to_string(s_.v) + ")";
+    }
+    const int st = s_.stage_of(r, a.chunk);
+    const auto id = std::make_pair(a.mb, st);
+    const std::size_t R = static_cast<std::size_t>(r);
+    if (peak_.size() < static_cast<std::size_t>(s_.p)) {
+      peak_.assign(static_cast<std::size_t>(s_.p), 0);
+      live_.assign(static_cast<std::size_t>(s_.p), 0);
+    }
+    switch (a.op) {
+    case Op::F: {
+      if (f_.count(id)) return where(r, i, a) + ": runs a second time";
+      const bool input = st == 0 || (s_.rank_of(st - 1) == r ? f_.count({a.mb, st - 1}) > 0
+                                                             : got_.count({0, a.mb, st - 1}) > 0);
+      if (!input) {
+        return where(r, i, a) + ": its input activation has not arrived (no RECV_ACT, or the "
+                                "previous stage's F, before it)";
+      }
+      f_.insert(id);
+      peak_[R] = std::max(peak_[R], ++live_[R]);
+      break;
+    }
+    case Op::B:
+    case Op::BI: {
+      if (b_.count(id) || bi_.count(id)) return where(r, i, a) + ": runs a second time";
+      if (!f_.count(id)) return where(r, i, a) + ": comes before its forward";
+      const bool grad =
+          st == s_.stages() - 1 || (s_.rank_of(st + 1) == r ? done_backward({a.mb, st + 1})
+                                                            : got_.count({1, a.mb, st + 1}) > 0);
+      if (!grad) {
+        return where(r, i, a) + ": its output gradient has not arrived (no RECV_GRAD, or the next "
+                                "stage's backward, before it)";
+      }
+      if (a.op == Op::B) {
+        b_.insert(id);
+        --live_[R];
+      } else {
+        bi_.insert(id);
+      }
+      break;
+    }
+    case Op::BW:
+      if (!bi_.count(id)) return where(r, i, a) + ": comes before its BI";
+      if (bw_.count(id)) return where(r, i, a) + ": runs a second time";
+      bw_.insert(id);
+      --live_[R];
+      break;
+    case Op::SEND_ACT:
+    case Op::SEND_GRAD: {
+      const std::string err = check_peer(r, i, a);
+      if (!err.empty()) return err;
+      const bool have = a.op == Op::SEND_ACT ? f_.count(id) > 0 : done_backward(id);
+      if (!have) return where(r, i, a) + ": sends what has not been computed yet";
+      const MsgKey k = key_of_send(r, a);
+      if (sent_.count(k)) return where(r, i, a) + ": sends the same message twice";
+      sent_[k] = where(r, i, a);
+      break;
+    }
+    case Op::RECV_ACT:
+    case Op::RECV_GRAD: {
+      const MsgKey k = key_of_recv(r, a);
+      if (got_.count(k)) return where(r, i, a) + ": receives the same message twice";
+      got_.insert(k);
+      break;
+    }
+    }
+    return "";
+  }
+
+  bool done_backward(const std::pair<int, int>& id) const {
+    return b_.count(id) > 0 || bi_.count(id) > 0;
+  }
+
+  std::string deadlock(const std::vector<std::size_t>& pc) const {
+    // Every unfinished rank waits at a RECV on its peer: follow the waits to a cycle.
+    std::string msg = "deadlock: no rank can proceed;";
+    std::vector<int> seen(static_cast<std::size_t>(s_.p), -1);
+    int r = -1;
+    for (int q = 0; q < s_.p; ++q) {
+      if (pc[static_cast<std::size_t>(q)] < s_.ranks[static_cast<std::size_t>(q)].size()) {
+        r = q;
+        break;
+      }
+    }
+    for (int step = 0; r >= 0 && seen[static_cast<std::size_t>(r)] < 0; ++step) {
+      seen[static_cast<std::size_t>(r)] = step;
+      const std::size_t i = pc[static_cast<std::size_t>(r)];
+      if (i >= s_.ranks[static_cast<std::size_t>(r)].size()) {
+        msg += " rank " + std::to_string(r) + " has finished its list without sending it";
+        return msg;
+      }
+      const Action& a = s_.ranks[static_cast<std::size_t>(r)][i];
+      msg += " " + where(r, i, a) + " waits for rank " + std::to_string(a.peer) + ";";
+      r = a.peer;
+    }
+    if (r >= 0) msg += " (a cycle back to rank " + std::to_string(r) + ")";
+    return msg;
+  }
+
+  std::string finish() const {
+    for (const auto& [k, w] : sent_) {
+      if (!got_.count(k)) return w + ": is never received";
+    }
+    for (int st = 0; st < s_.stages(); ++st) {
+      for (int mb = 0; mb < s_.m; ++mb) {
+        const auto id = std::make_pair(mb, st);
+        const std::string what = "rank " + std::to_string(s_.rank_of(st)) + ": micro-batch " +
+                                 std::to_string(mb) + " of stage " + std::to_string(st);
+        if (!f_.count(id)) return what + " has no forward";
+        if (!b_.count(id) && !(bi_.count(id) && bw_.count(id))) {
+          return what + (bi_.count(id) ? " has BI but no BW" : " has no backward");
+        }
+      }
+    }
+    return "";
+  }
+
+  const Schedule& s_;
+  std::map<MsgKey, std::string> sent_;
+  std::set<MsgKey> got_;
+  std::set<std::pair<int, int>> f_, b_, bi_, bw_;
+  std::vector<int> peak_, live_;
+};
+
+} // namespace
+
+Validation validate(const Schedule& s) {
+  Validation v;
+  if (static_cast<int>(s.ranks.size()) != s.p) {
+    v.error = "the schedule has " + std::to_string(s.ranks.size()) +
+              " rank lists for p = " + std::to_string(s.p);
+    return v;
+  }
+  Replay replay(s);
+  v.error = replay.run([](int, std::size_t, const Action&) {});
+  v.ok = v.error.empty();
+  v.peak_live = replay.peak_live();
+  return v;
+}
+
+Simulation simulate(const Schedule& s, const Costs& c) {
+  const std::size_t P = static_cast<std::size_t>(s.p);
+  Simulation out;
+  out.busy.assign(P, 0.0);
+  std::vector<double> now(P, 0.0);
+  std::map<MsgKey, double> arrival;
+  Replay replay(s);
+  const std::string err = replay.run([&](int r, std::size_t, const Action& a) {
+    const std::size_t R = static_cast<std::size_t>(r);
+    double cost = 0.0;
+    switch (a.op) {
+    case Op::F:
+      cost = c.f;
+      break;
+    case Op::B:
+      cost = c.b;
+      break;
+    case Op::BI:
+      cost = c.bi;
+      break;
+    case Op::BW:
+      cost = c.bw;
+      break;
+    case Op::SEND_ACT:
+    case Op::SEND_GRAD:
+      arrival[replay.key_of_send(r, a)] = now[R] + c.comm;
+      break;
+    case Op::RECV_ACT:
+    case Op::RECV_GRAD:
+      now[R] = std::max(now[R], arrival.at(replay.key_of_recv(r, a)));
+      break;
+    }
+    now[R] += cost;
+    out.busy[R] += cost;
+  });
+  if (!err.empty()) throw std::invalid_argument("cannot simulate an invalid schedule: " + err);
+  out.step_time = *std::max_element(now.begin(), now.end());
+  out.bubble.resize(P);
+  for (std::size_t r = 0; r < P; ++r) {
+    out.bubble[r] = out.step_time > 0 ? 1.0 - out.busy[r] / out.step_time : 0.0;
+    out.mean_bubble += out.bubble[r] / static_cast<double>(P);
+  }
+  return out;
+}
+
+} // namespace pt::schedule

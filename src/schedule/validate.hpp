@@ -1,0 +1,47 @@
+// Validator and simulator of schedules (DESIGN.md section 6).
+//
+// Execution model, the one the engine implements: every receive is posted before the step, a
+// SEND never blocks (MPI_Isend), a RECV waits until the peer has issued the matching SEND.
+// So a schedule is deadlock-free exactly when replaying all ranks' lists under that rule ends
+// with every list done.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "schedule/schedule.hpp"
+
+namespace pt::schedule {
+
+struct Validation {
+  bool ok = false;
+  std::string error;          // first problem found, naming rank, action index and action
+  std::vector<int> peak_live; // per rank: most micro-batch activations alive at once (F..B/BW)
+};
+
+// Proves: every RECV has a SEND with the same (direction, micro-batch, stage) on the right peer
+// and vice versa; each (micro-batch, stage) has exactly one F and one B (or BI then BW) on the
+// rank that owns the stage; inputs exist before use (F after its activation arrives, B after its
+// F and its output gradient); no cycle of waits (the message lists the cycle).
+Validation validate(const Schedule& s);
+
+struct Costs {
+  double f = 1.0;    // forward of one chunk of one micro-batch
+  double b = 2.0;    // full backward (used by B)
+  double bi = 1.0;   // input-gradient half (BI)
+  double bw = 1.0;   // weight-gradient half (BW)
+  double comm = 0.0; // latency of one SEND -> RECV
+};
+
+struct Simulation {
+  double step_time = 0.0;
+  std::vector<double> busy;   // per rank: compute time
+  std::vector<double> bubble; // per rank: 1 - busy / step_time (idle fraction, definition B)
+  double mean_bubble = 0.0;
+};
+
+// Replays a valid schedule with these costs (SEND/RECV take no rank time; a message arrives
+// `comm` after its SEND). Throws std::invalid_argument for an invalid schedule.
+Simulation simulate(const Schedule& s, const Costs& c);
+
+} // namespace pt::schedule
