@@ -63,12 +63,13 @@ int run(int argc, char** argv) {
   try {
     const pt::RunConfig cfg = pt::load_deck(MPI_COMM_WORLD, deck, overrides);
     const pt::Layout layout(MPI_COMM_WORLD, cfg.parallel, cfg.comm);
-    pt::print_plan(cfg, layout);
+    const pt::Plan plan = pt::make_plan(cfg, layout, !validate_only);
+    pt::print_plan(cfg, layout, plan);
     if (validate_only) {
       if (root) std::printf("deck and layout are valid for %d rank(s)\n", layout.size());
       return 0;
     }
-    const pt::TrainResult r = pt::train(cfg, layout);
+    const pt::TrainResult r = pt::train(cfg, layout, plan);
     if (root) {
       std::printf("done: %d steps, final loss %.4f, %.0f tokens/s (mean after step 1)\n",
                   r.steps_done, r.final_loss, r.mean_tokens_per_s);

@@ -395,22 +395,12 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
     throw input_error(deck_path + ": [checkpoint] is not supported yet: HDF5 checkpoints come "
                                   "in a later release; remove the section");
   }
-  if (c.parallel.pp > 1)
-    not_supported(r, "parallel", "pp", "pipeline parallelism needs pp = 1 for now");
   if (c.parallel.tp > 1)
     not_supported(r, "parallel", "tp", "tensor parallelism needs tp = 1 for now");
-  if (c.parallel.virtual_stages > 1) {
-    not_supported(r, "parallel", "virtual_stages", "virtual stages need pp > 1; use 1");
-  }
   if (c.comm.allreduce != "auto" && c.comm.allreduce != "mpi") {
     not_supported(r, "comm", "allreduce", "only \"auto\" and \"mpi\" (MPI_Allreduce) for now");
   }
-  if (c.log.trace) not_supported(r, "log", "trace", "Chrome traces come with the pipeline engine");
-  if (c.runtime.hang_timeout_s > 0.0) {
-    not_supported(r, "runtime", "hang_timeout_s",
-                  "the hang watchdog comes with the pipeline "
-                  "engine; use 0");
-  }
+  if (c.log.trace) not_supported(r, "log", "trace", "Chrome traces come in a later release");
   if (c.runtime.exit_after_steps > 0) {
     not_supported(r, "runtime", "exit_after_steps", "it needs checkpoints; use 0");
   }

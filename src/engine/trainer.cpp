@@ -3,20 +3,26 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
 
+#include "comm/watchdog.hpp"
 #include "cuda/device_query.hpp"
 #include "data/sampler.hpp"
 #include "data/token_file.hpp"
+#include "engine/pipeline.hpp"
 #include "model/gpt_stage.hpp"
+#include "model/partition.hpp"
 #include "ops.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "schedule/validate.hpp"
 #include "telemetry/metrics.hpp"
 #include "telemetry/peak.hpp"
 #include "util/errors.hpp"
+#include "util/hash.hpp"
 
 namespace pt {
 namespace {
@@ -55,32 +61,99 @@ int blas_threads_for(const DeviceConfig& d, const Layout& layout) {
   return std::max(1, cores / std::max(1, layout.ranks_on_node()));
 }
 
-// Sums gradients over the data-parallel group in buckets of bucket_mb (0: one call).
-void allreduce_grads(float* g, std::size_t n, double bucket_mb, MPI_Comm dp) {
-  const std::size_t bucket =
-      bucket_mb > 0 ? std::max<std::size_t>(1, static_cast<std::size_t>(bucket_mb * 262144.0)) : n;
-  for (std::size_t off = 0; off < n; off += bucket) {
-    const int count = static_cast<int>(std::min(bucket, n - off));
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, g + off, count, MPI_FLOAT, MPI_SUM, dp));
-  }
-}
-
 double flops_per_token(const ModelConfig& m) {
   return 6.0 * static_cast<double>(count_model_params(m)) +
          6.0 * m.n_layer * m.d_model * static_cast<double>(m.seq_len);
 }
 
+// Seconds of forward + backward of one micro-batch through a stage of this shape.
+double time_stage(const RunConfig& cfg, const StageSpec& spec) {
+  GptStage stage(cfg.model, spec, cfg.train.micro_batch);
+  stage.init_parameters(cfg.train.seed);
+  StageActivations a = stage.make_activations();
+  FloatBuffer dout(a.input.size());
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) { // best of 3 after the first (cold) one
+    const double t0 = MPI_Wtime();
+    stage.forward(a);
+    stage.backward(a, spec.last ? nullptr : dout.data(), 1e-3f, nullptr);
+    if (rep > 0) best = std::min(best, MPI_Wtime() - t0);
+  }
+  return best;
+}
+
+// partition = "time": forward+backward of the embedding, one layer and the head, measured on
+// every rank's hardware and averaged, so every rank derives the same partition.
+BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
+  const int L = cfg.model.n_layer;
+  double t[3] = {time_stage(cfg, StageSpec{true, false, 0, 0}),
+                 time_stage(cfg, StageSpec{false, false, 0, 1}),
+                 time_stage(cfg, StageSpec{false, true, L, L})};
+  int n = 1;
+  PT_MPI(MPI_Comm_size(world, &n));
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_SUM, world));
+  return BlockCosts{t[0] / n, t[1] / n, t[2] / n};
+}
+
+// Sums gradients over a group in buckets of bucket_mb (0: one call).
+void allreduce_grads(float* g, std::size_t n, double bucket_mb, MPI_Comm comm, const Watchdog& wd,
+                     const char* what) {
+  const std::size_t bucket =
+      bucket_mb > 0 ? std::max<std::size_t>(1, static_cast<std::size_t>(bucket_mb * 262144.0)) : n;
+  for (std::size_t off = 0; off < n; off += bucket) {
+    const int count = static_cast<int>(std::min(bucket, n - off));
+    wd.allreduce_sum(g + off, count, MPI_FLOAT, comm, what);
+  }
+}
+
 } // namespace
 
-void print_plan(const RunConfig& cfg, const Layout& layout) {
+Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
+  Plan plan;
+  const int S = cfg.parallel.pp * cfg.parallel.virtual_stages;
+  plan.costs = parameter_costs(cfg.model);
+  plan.cost_unit = "parameters";
+  if (cfg.parallel.partition == "time") {
+    if (profile) {
+      plan.costs = profile_costs(cfg, layout.world());
+      plan.cost_unit = "seconds (measured fwd+bwd)";
+    } else {
+      plan.cost_unit = "parameters (time is profiled when training starts)";
+    }
+  }
+  plan.layers = partition_layers(cfg.parallel, cfg.model.n_layer, S, plan.costs);
+  try {
+    plan.schedule =
+        schedule::make_schedule(cfg.parallel.schedule, cfg.parallel.pp, cfg.parallel.micro_batches,
+                                cfg.parallel.virtual_stages);
+  } catch (const std::invalid_argument& e) {
+    throw input_error(cfg.deck_path + ": parallel.schedule = \"" + cfg.parallel.schedule +
+                      "\" does not fit this run: " + e.what());
+  }
+  const schedule::Validation v = schedule::validate(plan.schedule);
+  if (!v.ok) fatal("internal error: generated schedule is invalid: " + v.error);
+  plan.peak_live = v.peak_live;
+  plan.predicted = schedule::simulate(plan.schedule, schedule::Costs{1, 2, 1, 1, 0});
+  return plan;
+}
+
+void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   const std::string table = layout.table();
   if (layout.rank() != 0) return;
   const auto& m = cfg.model;
   std::printf("== resolved deck (%s) ==\n%s\n\n", cfg.deck_path.c_str(), cfg.resolved_text.c_str());
-  std::printf("== layout ==\n%s", table.c_str());
-  std::printf("== partition ==\n  stage 0: embedding + layers 0-%d + final norm/head/loss "
-              "(%.2fM parameters)\n",
-              m.n_layer - 1, count_model_params(m) / 1e6);
+  std::printf("== layout ==\n%s%s", table.c_str(), layout.warnings().c_str());
+  const std::vector<double> cost = stage_costs(plan.layers, plan.costs);
+  std::printf("== partition (%s, cost in %s) ==\n", cfg.parallel.partition.c_str(),
+              plan.cost_unit.c_str());
+  for (std::size_t s = 0; s < plan.layers.size(); ++s) {
+    const StageSpec sp = stage_spec(plan.layers, static_cast<int>(s));
+    std::printf("  stage %2zu (pp rank %d, chunk %d): %s layers %d-%d%s  cost %.4g\n", s,
+                plan.schedule.rank_of(static_cast<int>(s)),
+                plan.schedule.chunk_of(static_cast<int>(s)), sp.first ? "embedding +" : "",
+                sp.layer_begin, sp.layer_end - 1, sp.last ? " + final norm/head/loss" : "",
+                cost[s]);
+  }
   const long long tokens = static_cast<long long>(cfg.train.global_batch) * m.seq_len;
   std::printf("== plan ==\n  model: %d layers, d_model %d, %d heads, seq_len %d, vocab %d, %s "
               "embeddings, %.2fM parameters, %.1f MFLOP/token\n",
@@ -88,20 +161,26 @@ void print_plan(const RunConfig& cfg, const Layout& layout) {
               m.tie_embeddings ? "tied" : "untied", count_model_params(m) / 1e6,
               flops_per_token(m) / 1e6);
   std::printf("  batch: global %d sequences (%lld tokens) per step = dp %d x micro-batch %d x %d "
-              "accumulation; %d steps\n",
+              "micro-batches; %d steps\n",
               cfg.train.global_batch, tokens, cfg.parallel.dp, cfg.train.micro_batch,
               cfg.accumulation(), cfg.train.steps);
-  std::printf("  backend: %s, BLAS %s\n", cfg.device.kind.c_str(), ops::blas_name());
+  std::printf("  schedule: %s, pp %d, v %d, m %d; predicted bubble %.1f%% (T_F = 1, T_B = 2); "
+              "peak live micro-batches per pp rank:",
+              cfg.parallel.schedule.c_str(), cfg.parallel.pp, cfg.parallel.virtual_stages,
+              cfg.parallel.micro_batches, 100.0 * plan.predicted.mean_bubble);
+  for (int n : plan.peak_live) std::printf(" %d", n);
+  std::printf("\n  backend: %s, BLAS %s\n", cfg.device.kind.c_str(), ops::blas_name());
   std::fflush(stdout);
 }
 
-TrainResult train(const RunConfig& cfg, const Layout& layout) {
+TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   check_device(cfg.device);
   const bool root = layout.rank() == 0;
   const auto& m = cfg.model;
   const auto& t = cfg.train;
   const int threads = blas_threads_for(cfg.device, layout);
   ops::set_blas_threads(threads);
+  const Watchdog watchdog(cfg.runtime.hang_timeout_s, layout.rank());
 
   auto data = open_collectively(layout.world(), cfg.data.path, m.vocab_size, m.seq_len);
   std::unique_ptr<TokenFile> val_data;
@@ -117,14 +196,29 @@ TrainResult train(const RunConfig& cfg, const Layout& layout) {
   }
   agree(layout.world(), log_err);
 
-  StageSpec spec;
-  spec.layer_begin = 0;
-  spec.layer_end = m.n_layer;
-  GptStage stage(m, spec, t.micro_batch);
-  stage.init_parameters(t.seed);
-  AdamW opt(stage.layout(), t);
-  StageActivations acts = stage.make_activations();
+  // this rank's chunks: virtual stages c*p + pp
+  const int p = cfg.parallel.pp;
+  const int v = cfg.parallel.virtual_stages;
+  const int me = layout.coords().pp;
+  std::vector<std::unique_ptr<GptStage>> chunks;
+  std::vector<std::unique_ptr<AdamW>> opts;
+  for (int c = 0; c < v; ++c) {
+    chunks.push_back(
+        std::make_unique<GptStage>(m, stage_spec(plan.layers, c * p + me), t.micro_batch));
+    chunks.back()->init_parameters(t.seed);
+    opts.push_back(std::make_unique<AdamW>(chunks.back()->layout(), t));
+  }
+  // every tensor of the model has one index, so the gradient norm is summed in one order in
+  // every layout (bit-identical to the single-rank run)
+  const ParamLayout whole(m, StageSpec{true, true, 0, m.n_layer});
+  std::map<std::string, std::size_t> tensor_index;
+  for (std::size_t i = 0; i < whole.tensors().size(); ++i) {
+    tensor_index[whole.tensors()[i].name] = i;
+  }
+  std::vector<double> sq(whole.tensors().size());
+
   const Sampler sampler(*data, m.seq_len, t.seed);
+  PipelineEngine engine(cfg, layout, plan.schedule, chunks, watchdog);
 
   // MFU denominator: every rank's measured sgemm rate, summed.
   double peak = measure_sgemm_flops(0.25);
@@ -136,26 +230,9 @@ TrainResult train(const RunConfig& cfg, const Layout& layout) {
     std::fflush(stdout);
   }
 
-  const int accum = cfg.accumulation();
-  const int dp_rank = layout.coords().dp;
-  const int N = t.micro_batch * m.seq_len;
-  const float loss_scale = 1.0f / (static_cast<float>(N) * accum * layout.dp());
   const double tokens_per_step = static_cast<double>(t.global_batch) * m.seq_len;
   const double fpt = flops_per_token(m);
-  const double mem_bytes = static_cast<double>(stage.bytes() + opt.bytes() + acts.bytes());
-
-  auto validate = [&](int step) {
-    const int batches = cfg.data.val_batches;
-    const Sampler vs(*val_data, m.seq_len, t.seed ^ kValidationStream);
-    double sum = 0.0;
-    for (int j = dp_rank; j < batches; j += layout.dp()) {
-      vs.fill(0, static_cast<std::int64_t>(j) * t.micro_batch, t.micro_batch, acts.tokens.data(),
-              acts.targets.data());
-      sum += stage.forward(acts);
-    }
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, layout.dp_comm()));
-    if (root) log->validation(step, sum / batches);
-  };
+  const int micro = cfg.accumulation();
 
   TrainResult result;
   double time_sum = 0.0;
@@ -163,19 +240,48 @@ TrainResult train(const RunConfig& cfg, const Layout& layout) {
   for (int step = 0; step < t.steps; ++step) {
     PT_MPI(MPI_Barrier(layout.world()));
     const double t0 = MPI_Wtime();
-    stage.zero_grads();
-    double loss = 0.0;
-    for (int j = 0; j < accum; ++j) {
-      const std::int64_t first = (static_cast<std::int64_t>(dp_rank) * accum + j) * t.micro_batch;
-      sampler.fill(step, first, t.micro_batch, acts.tokens.data(), acts.targets.data());
-      loss += stage.forward(acts);
-      stage.backward(acts, nullptr, loss_scale, nullptr);
-    }
-    allreduce_grads(stage.grads(), stage.num_params(), cfg.comm.bucket_mb, layout.dp_comm());
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, layout.dp_comm()));
-    loss /= accum * layout.dp();
+    for (auto& c : chunks) c->zero_grads();
+    StepTimes times;
+    double loss = engine.run(step, sampler, times);
 
-    const double norm = std::sqrt(ops::sum_squares(stage.grads(), stage.num_params()));
+    // gradients: tied head share, data-parallel sum, embedding group sum
+    for (auto& c : chunks) {
+      c->fold_tied_head_grad();
+      if (layout.dp() > 1) {
+        allreduce_grads(c->grads(), c->num_params(), cfg.comm.bucket_mb, layout.dp_comm(), watchdog,
+                        "the data-parallel gradient all-reduce");
+      }
+    }
+    if (layout.embedding_comm() != MPI_COMM_NULL && m.tie_embeddings) {
+      GptStage& edge = *chunks[me == 0 ? 0 : static_cast<std::size_t>(v - 1)];
+      const ParamTensor& wte = edge.layout().at("wte");
+      watchdog.allreduce_sum(edge.grads() + wte.offset, static_cast<int>(wte.size), MPI_FLOAT,
+                             layout.embedding_comm(), "the tied-embedding gradient all-reduce");
+    }
+    // loss: the last pipeline rank's sum over micro-batches, then over dp replicas
+    if (layout.dp() > 1) {
+      watchdog.allreduce_sum(&loss, 1, MPI_DOUBLE, layout.dp_comm(), "the loss all-reduce");
+    }
+    PT_MPI(MPI_Bcast(&loss, 1, MPI_DOUBLE, p - 1, layout.pp_comm()));
+    loss /= static_cast<double>(micro) * layout.dp();
+
+    // global gradient norm: each tensor once, summed in model order
+    std::fill(sq.begin(), sq.end(), 0.0);
+    for (auto& c : chunks) {
+      for (const auto& tensor : c->layout().tensors()) {
+        if (c->owns(tensor)) {
+          sq[tensor_index.at(tensor.name)] =
+              ops::sum_squares(c->grads() + tensor.offset, tensor.size);
+        }
+      }
+    }
+    if (p > 1) {
+      watchdog.allreduce_sum(sq.data(), static_cast<int>(sq.size()), MPI_DOUBLE, layout.pp_comm(),
+                             "the gradient-norm all-reduce");
+    }
+    double norm2 = 0.0;
+    for (double x : sq) norm2 += x;
+    const double norm = std::sqrt(norm2);
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
       throw Error(ExitCode::non_finite,
                   "step " + std::to_string(step + 1) + ": loss = " + std::to_string(loss) +
@@ -190,8 +296,31 @@ TrainResult train(const RunConfig& cfg, const Layout& layout) {
       if (coef < 1.0) grad_scale = static_cast<float>(coef);
     }
     const double lr = learning_rate(t, step);
-    opt.step(stage.params(), stage.grads(), lr, grad_scale);
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      opts[c]->step(chunks[c]->params(), chunks[c]->grads(), lr, grad_scale);
+    }
     const double dt = MPI_Wtime() - t0;
+
+    // bubble: measured idle / pipeline time (mean over pp ranks), and the simulator's
+    // prediction from this step's measured per-rank action costs
+    double bubble = 0.0, predicted = 0.0;
+    if (p > 1) {
+      double span = times.pipeline_s;
+      double compute = times.compute_s;
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &span, 1, MPI_DOUBLE, MPI_MAX, layout.pp_comm()));
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &compute, 1, MPI_DOUBLE, MPI_SUM, layout.pp_comm()));
+      bubble = 1.0 - compute / p / span;
+      double mine[4];
+      for (int k = 0; k < 4; ++k) mine[k] = times.op_n[k] ? times.op_s[k] / times.op_n[k] : 0.0;
+      std::vector<double> all(static_cast<std::size_t>(4 * p));
+      PT_MPI(MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, layout.pp_comm()));
+      std::vector<schedule::Costs> costs;
+      for (int r = 0; r < p; ++r) {
+        const double* a = all.data() + 4 * r;
+        costs.push_back(schedule::Costs{a[0], a[1], a[2], a[3], 0.0});
+      }
+      predicted = schedule::simulate(plan.schedule, costs).mean_bubble;
+    }
 
     if (step > 0) time_sum += dt;
     ema = step == 0 ? dt : 0.9 * ema + 0.1 * dt;
@@ -205,8 +334,14 @@ TrainResult train(const RunConfig& cfg, const Layout& layout) {
     sm.tokens_per_s = tokens_per_step / dt;
     sm.tflops = fpt * tokens_per_step / dt / 1e12;
     sm.mfu = sm.tflops * 1e12 / peak;
-    sm.bubble = 0.0; // one stage: no pipeline idle time
-    sm.mem_bytes = mem_bytes;
+    sm.bubble = bubble;
+    sm.bubble_predicted = predicted;
+    double mem = 0.0;
+    for (auto& c : chunks) mem += static_cast<double>(c->bytes());
+    for (auto& o : opts) mem += static_cast<double>(o->bytes());
+    mem += static_cast<double>(engine.activation_bytes());
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mem, 1, MPI_DOUBLE, MPI_MAX, layout.world()));
+    sm.mem_bytes = mem;
     sm.eta_s = ema * (t.steps - step - 1);
     if (root) {
       const bool print = (step + 1) % cfg.log.every == 0 || step == 0 || step + 1 == t.steps;
@@ -217,10 +352,51 @@ TrainResult train(const RunConfig& cfg, const Layout& layout) {
     const bool val_now =
         (cfg.data.val_every > 0 && (step + 1) % cfg.data.val_every == 0) || step + 1 == t.steps;
     if (val_data && val_now) {
-      validate(step + 1);
+      const Sampler vs(*val_data, m.seq_len, t.seed ^ kValidationStream);
+      const double val = engine.evaluate(vs, cfg.data.val_batches);
+      if (root) log->validation(step + 1, val);
     }
   }
   result.mean_tokens_per_s = t.steps > 1 ? tokens_per_step * (t.steps - 1) / time_sum : 0.0;
+
+  // Final parameters, per tensor in model order: an FNV-1a digest of the exact bytes (layouts
+  // that must be bit-identical compare these), the sum of squares, and a random projection
+  // sum_i p_i u_i (u_i in [-1, 1] from a hash), which any single changed element moves.
+  const std::size_t G = whole.tensors().size();
+  std::vector<double> sums(2 * G, 0.0);
+  std::vector<unsigned long long> digests(G, 0);
+  for (auto& c : chunks) {
+    for (const auto& tensor : c->layout().tensors()) {
+      if (!c->owns(tensor)) continue;
+      const std::size_t g = tensor_index.at(tensor.name);
+      const float* w = c->params() + tensor.offset;
+      unsigned long long h = 1469598103934665603ULL;
+      const auto* bytes = reinterpret_cast<const unsigned char*>(w);
+      for (std::size_t i = 0; i < tensor.size * sizeof(float); ++i)
+        h = (h ^ bytes[i]) * 1099511628211ULL;
+      digests[g] = h;
+      double s2 = 0.0, proj = 0.0;
+      for (std::size_t i = 0; i < tensor.size; ++i) {
+        s2 += static_cast<double>(w[i]) * w[i];
+        proj += w[i] * (2.0 * unit_open0(hash3(7, g, i)) - 1.0);
+      }
+      sums[2 * g] = s2;
+      sums[2 * g + 1] = proj;
+    }
+  }
+  if (p > 1) {
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(2 * G), MPI_DOUBLE, MPI_SUM,
+                         layout.pp_comm()));
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, digests.data(), static_cast<int>(G), MPI_UNSIGNED_LONG_LONG,
+                         MPI_SUM, layout.pp_comm()));
+  }
+  if (root) {
+    std::vector<ParamSummary> summary;
+    for (std::size_t g = 0; g < G; ++g) {
+      summary.push_back({whole.tensors()[g].name, digests[g], sums[2 * g], sums[2 * g + 1]});
+    }
+    log->final_params(summary);
+  }
   return result;
 }
 

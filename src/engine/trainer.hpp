@@ -1,11 +1,34 @@
-// Runs training for a validated RunConfig on a Layout. Today one stage per rank (pp = 1):
-// gradient accumulation over micro-batches, data-parallel all-reduce, clipping, AdamW.
+// Runs training for a validated RunConfig on a Layout: pipeline stages per rank, the schedule's
+// action lists executed by PipelineEngine, gradient reductions, clipping, AdamW, metrics.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "config/run_config.hpp"
+#include "model/partition.hpp"
 #include "parallel/layout.hpp"
+#include "schedule/schedule.hpp"
+#include "schedule/validate.hpp"
 
 namespace pt {
+
+// What every rank derives from the deck before training: the partition and the schedule.
+struct Plan {
+  BlockCosts costs;
+  std::string cost_unit;
+  std::vector<int> layers; // per virtual stage
+  schedule::Schedule schedule;
+  std::vector<int> peak_live;     // per pp rank, from the validator
+  schedule::Simulation predicted; // with T_F = 1, T_B = 2 (for the plan printout)
+};
+
+// Collective (partition = "time" profiles on every rank when `profile`). Throws
+// pt::Error(bad_input) when the schedule does not suit (pp, micro-batches, virtual stages).
+Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile);
+
+// Prints the resolved deck, layout table, partition and plan on rank 0 (--validate too).
+void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan);
 
 struct TrainResult {
   int steps_done = 0;
@@ -14,9 +37,6 @@ struct TrainResult {
 };
 
 // Collective over layout.world(). Throws pt::Error (bad input, non-finite loss).
-TrainResult train(const RunConfig& cfg, const Layout& layout);
-
-// Prints the run plan (model size, batch, stage partition) on rank 0; used by --validate too.
-void print_plan(const RunConfig& cfg, const Layout& layout);
+TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan);
 
 } // namespace pt

@@ -41,8 +41,8 @@ std::size_t GptStage::bytes() const {
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
   // fused_ holds one block stash (4C + C + C + 3C + C + C per row) plus d_lnf, d_output, d_input
   const std::size_t fused = (11 * NC + (spec_.last ? 2 * NC : 0) + NC) * sizeof(float);
-  return params_.bytes() + grads_.bytes() + d_fch_gelu_.bytes() + d_atty_.bytes() +
-         att_scratch_.bytes() + fused;
+  return params_.bytes() + grads_.bytes() + head_grad_.bytes() + d_fch_gelu_.bytes() +
+         d_atty_.bytes() + att_scratch_.bytes() + fused;
 }
 
 GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch)
@@ -50,7 +50,11 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       NH_(model.n_head), V_(model.vocab_size), N_(micro_batch * model.seq_len),
       layout_(model, stage), params_(layout_.total()), grads_(layout_.total()),
       d_fch_gelu_(static_cast<std::size_t>(N_) * 4 * C_),
-      d_atty_(static_cast<std::size_t>(N_) * C_), att_scratch_(static_cast<std::size_t>(T_) * T_) {}
+      d_atty_(static_cast<std::size_t>(N_) * C_), att_scratch_(static_cast<std::size_t>(T_) * T_) {
+  if (spec_.last && model_.tie_embeddings) {
+    head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_);
+  }
+}
 
 BlockTensors GptStage::block(float* base, int layer) const {
   const std::string p = layer_prefix(layer);
@@ -99,6 +103,17 @@ void GptStage::init_parameters(std::uint64_t seed) {
 
 void GptStage::zero_grads() {
   ops::zero(grads_.data(), grads_.size());
+  if (head_grad_.size() > 0) ops::zero(head_grad_.data(), head_grad_.size());
+}
+
+void GptStage::fold_tied_head_grad() {
+  if (head_grad_.size() == 0) return;
+  float* dwte = grads_.data() + layout_.at("wte").offset;
+  if (spec_.first) {
+    ops::accumulate(dwte, head_grad_.data(), head_grad_.size());
+  } else {
+    copy(dwte, head_grad_.data(), head_grad_.size());
+  }
 }
 
 StageActivations GptStage::make_activations() const {
@@ -255,7 +270,8 @@ void GptStage::head_backward_input(StageActivations& a, float loss_scale, float*
 
 void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf) {
   const EdgeTensors g = edges(grads_.data());
-  ops::matmul_backward_weight(g.lm_head, nullptr, a.probs.data(), a.lnf.data(), N_, C_, V_);
+  float* d_head = head_grad_.size() > 0 ? head_grad_.data() : g.lm_head;
+  ops::matmul_backward_weight(d_head, nullptr, a.probs.data(), a.lnf.data(), N_, C_, V_);
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   ops::layernorm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data(),
                                  N_, C_);

@@ -101,6 +101,16 @@ public:
   void init_parameters(std::uint64_t seed);
   void zero_grads();
 
+  // With tied embeddings the head's gradient of wte is kept apart while micro-batches run, so
+  // that every layout adds the embedding's and the head's share exactly once, in one order:
+  // call after the last micro-batch. A stage holding both adds them; a last stage without the
+  // embedding puts the head's share in its wte gradient (the engine then sums it with the first
+  // stage's over the embedding group).
+  void fold_tied_head_grad();
+  // Whether this stage counts tensor t in the global gradient norm (each tensor exactly once
+  // across stages: the head stage's copy of a tied wte is not counted).
+  bool owns(const ParamTensor& t) const { return !(t.name == "wte" && !spec_.first); }
+
   StageActivations make_activations() const;
   // Stash for the split backward: one BlockStash per block (or only one when `blocks` is 1).
   StageStash make_stash(std::size_t blocks) const;
@@ -144,6 +154,7 @@ private:
   FloatBuffer d_atty_;      // (N,C)
   FloatBuffer att_scratch_; // (T,T)
   StageStash fused_;        // one block's stash, reused by backward() block after block
+  FloatBuffer head_grad_;   // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
 };
 
 } // namespace pt

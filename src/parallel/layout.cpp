@@ -19,6 +19,10 @@ Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
   PT_MPI(MPI_Comm_size(world_, &size_));
   me_ = coords_of(rank_, pp_, dp_, tp_);
   PT_MPI(MPI_Comm_split(world_, me_.pp * tp_ + me_.tp, me_.dp, &dp_comm_));
+  PT_MPI(MPI_Comm_split(world_, me_.dp * tp_ + me_.tp, me_.pp, &pp_comm_));
+  PT_MPI(MPI_Comm_split(world_, me_.pp * dp_ + me_.dp, me_.tp, &tp_comm_));
+  const bool edge = pp_ > 1 && (me_.pp == 0 || me_.pp == pp_ - 1);
+  PT_MPI(MPI_Comm_split(world_, edge ? me_.dp * tp_ + me_.tp : MPI_UNDEFINED, me_.pp, &emb_comm_));
 
   // Nodes: ranks sharing memory, or blocks of comm.ranks_per_node consecutive ranks (lets one
   // machine pretend to be several nodes in tests).
@@ -44,6 +48,20 @@ Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
                             distinct.begin());
   };
   node_ = index(node_key);
+  int node_rank = 0;
+  PT_MPI(MPI_Comm_rank(node_comm_, &node_rank));
+  PT_MPI(MPI_Comm_split(world_, node_rank == 0 ? 0 : MPI_UNDEFINED, rank_, &leader_comm_));
+
+  // a tensor-parallel group should sit inside one node (its all-reduces are on the critical path)
+  int lo = node_, hi = node_;
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, tp_comm_));
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, tp_comm_));
+  int spans = lo != hi ? 1 : 0;
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &spans, 1, MPI_INT, MPI_MAX, world_));
+  if (spans) {
+    warnings_ = "warning: a tensor-parallel group spans nodes (tp = " + std::to_string(tp_) +
+                "): its all-reduces will cross the network; make ranks per node a multiple of tp\n";
+  }
 
   char host[MPI_MAX_PROCESSOR_NAME] = {0};
   int len = 0;
@@ -63,8 +81,9 @@ Layout::~Layout() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  if (dp_comm_ != MPI_COMM_NULL) MPI_Comm_free(&dp_comm_);
-  if (node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
+  for (MPI_Comm* c : {&dp_comm_, &pp_comm_, &tp_comm_, &emb_comm_, &node_comm_, &leader_comm_}) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
 }
 
 std::string Layout::table() const {

@@ -27,8 +27,14 @@ public:
   Layout& operator=(const Layout&) = delete;
 
   MPI_Comm world() const { return world_; }
-  MPI_Comm dp_comm() const { return dp_comm_; } // same (pp, tp), all dp
+  MPI_Comm dp_comm() const { return dp_comm_; } // same (pp, tp), all dp; rank = dp coordinate
+  MPI_Comm pp_comm() const { return pp_comm_; } // same (dp, tp), all pp; rank = pp coordinate
+  MPI_Comm tp_comm() const { return tp_comm_; } // same (pp, dp), all tp; rank = tp coordinate
+  // First and last pipeline rank of this (dp, tp): they share the tied embedding. MPI_COMM_NULL
+  // on other ranks and when pp = 1.
+  MPI_Comm embedding_comm() const { return emb_comm_; }
   MPI_Comm node_comm() const { return node_comm_; }
+  MPI_Comm node_leader_comm() const { return leader_comm_; } // rank 0 of each node; else NULL
   int rank() const { return rank_; }
   int size() const { return size_; }
   Coords coords() const { return me_; }
@@ -41,11 +47,18 @@ public:
 
   // The table of rank -> host, node, pp/dp/tp (rank 0 holds it; others get an empty string).
   std::string table() const;
+  // Warnings about the placement (a tp group across nodes), for rank 0 to print; empty if none.
+  const std::string& warnings() const { return warnings_; }
 
 private:
   MPI_Comm world_;
   MPI_Comm dp_comm_ = MPI_COMM_NULL;
+  MPI_Comm pp_comm_ = MPI_COMM_NULL;
+  MPI_Comm tp_comm_ = MPI_COMM_NULL;
+  MPI_Comm emb_comm_ = MPI_COMM_NULL;
   MPI_Comm node_comm_ = MPI_COMM_NULL;
+  MPI_Comm leader_comm_ = MPI_COMM_NULL;
+  std::string warnings_;
   int rank_ = 0, size_ = 1;
   int pp_ = 1, dp_ = 1, tp_ = 1;
   Coords me_;

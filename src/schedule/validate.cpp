@@ -225,7 +225,12 @@ Validation validate(const Schedule& s) {
 }
 
 Simulation simulate(const Schedule& s, const Costs& c) {
+  return simulate(s, std::vector<Costs>(static_cast<std::size_t>(s.p), c));
+}
+
+Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
   const std::size_t P = static_cast<std::size_t>(s.p);
+  if (per_rank.size() != P) throw std::invalid_argument("simulate: one Costs per rank needed");
   Simulation out;
   out.busy.assign(P, 0.0);
   std::vector<double> now(P, 0.0);
@@ -233,6 +238,7 @@ Simulation simulate(const Schedule& s, const Costs& c) {
   Replay replay(s);
   const std::string err = replay.run([&](int r, std::size_t, const Action& a) {
     const std::size_t R = static_cast<std::size_t>(r);
+    const Costs& c = per_rank[R];
     double cost = 0.0;
     switch (a.op) {
     case Op::F:

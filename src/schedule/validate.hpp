@@ -43,5 +43,7 @@ struct Simulation {
 // Replays a valid schedule with these costs (SEND/RECV take no rank time; a message arrives
 // `comm` after its SEND). Throws std::invalid_argument for an invalid schedule.
 Simulation simulate(const Schedule& s, const Costs& c);
+// The same with costs per rank (stages differ: the first holds the embedding, the last the head).
+Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank);
 
 } // namespace pt::schedule

@@ -45,16 +45,28 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
   std::fprintf(file_,
                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6e, "
                "\"tokens_per_s\": %.1f, \"step_time_s\": %.6f, \"tflops\": %.6f, \"mfu\": %.6f, "
-               "\"bubble\": %.6f, \"mem_bytes\": %.0f}\n",
+               "\"bubble\": %.6f, \"bubble_predicted\": %.6f, \"mem_bytes\": %.0f}\n",
                m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_s, m.tflops, m.mfu,
-               m.bubble, m.mem_bytes);
+               m.bubble, m.bubble_predicted, m.mem_bytes);
   std::fflush(file_);
   if (!print) return;
   std::printf("step %6d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %8.0f tok/s | MFU %5.1f%% | "
-              "bubble %4.1f%% | ETA %s\n",
+              "bubble %4.1f%% (pred %4.1f%%) | ETA %s\n",
               m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu,
-              100.0 * m.bubble, format_duration(m.eta_s).c_str());
+              100.0 * m.bubble, 100.0 * m.bubble_predicted, format_duration(m.eta_s).c_str());
   std::fflush(stdout);
+}
+
+void MetricsLog::final_params(const std::vector<ParamSummary>& tensors) {
+  if (file_ == nullptr) return;
+  std::fprintf(file_, "{\"final_params\": [");
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    std::fprintf(file_, "%s[\"%s\", \"%016llx\", %.17g, %.17g]", i ? ", " : "", t.name.c_str(),
+                 t.digest, t.sum_squares, t.projection);
+  }
+  std::fprintf(file_, "]}\n");
+  std::fflush(file_);
 }
 
 void MetricsLog::validation(int step, double loss) {

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace pt {
 
@@ -16,10 +17,18 @@ struct StepMetrics {
   double tokens_per_s = 0.0;
   double step_time_s = 0.0;
   double tflops = 0.0;
-  double mfu = 0.0;    // fraction of the measured peak
-  double bubble = 0.0; // idle / step time, mean over pipeline ranks
+  double mfu = 0.0;              // fraction of the measured peak
+  double bubble = 0.0;           // measured idle / pipeline time, mean over pipeline ranks
+  double bubble_predicted = 0.0; // the simulator's, from this step's measured action costs
   double mem_bytes = 0.0;
   double eta_s = 0.0;
+};
+
+struct ParamSummary {
+  std::string name;
+  unsigned long long digest; // FNV-1a of the float bytes
+  double sum_squares;
+  double projection;
 };
 
 class MetricsLog {
@@ -32,6 +41,8 @@ public:
 
   void step(const StepMetrics& m, bool print);
   void validation(int step, double loss);
+  // One record with every tensor's summary after the last step.
+  void final_params(const std::vector<ParamSummary>& tensors);
   const std::string& path() const { return path_; }
 
 private:

@@ -92,7 +92,7 @@ TEST(Config, ErrorsNameLineKeyAndFix) {
   EXPECT_NE(error_of(kTiny, {"model.tie_embeddings=1"}).find("must be true or false"),
             std::string::npos);
   EXPECT_NE(error_of(kTiny, {"data.path=\"\""}).find("data.path is empty"), std::string::npos);
-  EXPECT_NE(error_of(kTiny, {"parallel.pp=3"}, 2).find("parallel.pp is not supported yet"),
+  EXPECT_NE(error_of(kTiny, {"parallel.pp=3"}, 2).find("does not divide the job's 2 ranks"),
             std::string::npos);
   EXPECT_NE(error_of(kTiny, {"model=3"}).find("is not an override"), std::string::npos);
   EXPECT_NE(error_of(kTiny, {"a.b.c=3"}).find("is not an override"), std::string::npos);

@@ -1,0 +1,49 @@
+#include "comm/watchdog.hpp"
+
+#include <cstdio>
+#include <thread>
+
+#include "util/errors.hpp"
+
+namespace pt {
+
+double Watchdog::wait(MPI_Request& req, const std::string& what) const {
+  const double t0 = MPI_Wtime();
+  if (timeout_s_ <= 0.0) {
+    PT_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    return MPI_Wtime() - t0;
+  }
+  int done = 0;
+  long polls = 0;
+  while (true) {
+    PT_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    const double waited = MPI_Wtime() - t0;
+    if (waited > timeout_s_) {
+      std::fprintf(stderr,
+                   "pipetrain: error: rank %d waited %.1f s (runtime.hang_timeout_s = %g) for %s; "
+                   "aborting the job.\n---> HINT: the peer may have died or be stuck; its own "
+                   "message (if any) names what it waits for\n",
+                   rank_, waited, timeout_s_, what.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::hang));
+    }
+    // spin briefly, then yield the core (oversubscribed test machines)
+    if (++polls > 1000) std::this_thread::yield();
+  }
+  return MPI_Wtime() - t0;
+}
+
+double Watchdog::allreduce_sum(void* buf, int count, MPI_Datatype type, MPI_Comm comm,
+                               const std::string& what) const {
+  if (timeout_s_ <= 0.0) {
+    const double t0 = MPI_Wtime();
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, MPI_SUM, comm));
+    return MPI_Wtime() - t0;
+  }
+  MPI_Request req;
+  PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, MPI_SUM, comm, &req));
+  return wait(req, what);
+}
+
+} // namespace pt

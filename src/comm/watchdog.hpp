@@ -1,0 +1,30 @@
+// Waiting on MPI requests with the hang watchdog of runtime.hang_timeout_s (DESIGN.md section 3):
+// a rank that waits longer prints what it waited for (action, peer, micro-batch) and aborts the
+// job with exit code 5.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+namespace pt {
+
+class Watchdog {
+public:
+  // timeout_s <= 0: wait forever (plain MPI_Wait).
+  Watchdog(double timeout_s, int world_rank) : timeout_s_(timeout_s), rank_(world_rank) {}
+
+  // Waits for req; `what` describes the wait ("RECV_ACT(mb 3, chunk 0) from pipeline rank 1").
+  // Returns the seconds spent waiting.
+  double wait(MPI_Request& req, const std::string& what) const;
+
+  // MPI_Allreduce (in place, sum) under the watchdog.
+  double allreduce_sum(void* buf, int count, MPI_Datatype type, MPI_Comm comm,
+                       const std::string& what) const;
+
+private:
+  double timeout_s_;
+  int rank_;
+};
+
+} // namespace pt

@@ -1,0 +1,256 @@
+#include "engine/pipeline.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "util/errors.hpp"
+
+namespace pt {
+
+using schedule::Action;
+using schedule::Op;
+
+PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
+                               const schedule::Schedule& sched,
+                               std::vector<std::unique_ptr<GptStage>>& chunks,
+                               const Watchdog& watchdog)
+    : cfg_(cfg), layout_(layout), sched_(sched), chunks_(chunks), watchdog_(watchdog),
+      actions_(sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), p_(sched.p), v_(sched.v),
+      me_(layout.coords().pp), N_(cfg.train.micro_batch * cfg.model.seq_len),
+      C_(cfg.model.d_model) {
+  loss_scale_ = 1.0f / (static_cast<float>(N_) * sched.m * layout.dp());
+  slots_.resize(static_cast<std::size_t>(v_));
+  free_.resize(static_cast<std::size_t>(v_));
+  const std::size_t NC = static_cast<std::size_t>(N_) * C_;
+  for (const Action& a : actions_) {
+    if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
+      recv_buf_.emplace(std::make_tuple(a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk),
+                        FloatBuffer(NC));
+    } else if (a.op == Op::SEND_GRAD) {
+      grad_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC));
+    }
+  }
+  // tags must fit the MPI implementation's upper bound
+  int* tag_ub = nullptr;
+  int flag = 0;
+  PT_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag));
+  const long long max_tag = 2LL * sched.m * sched.stages();
+  if (flag && max_tag > *tag_ub) {
+    throw input_error("parallel.micro_batches * pp * virtual_stages is too large for this MPI's "
+                      "message tags (" +
+                      std::to_string(max_tag) + " > MPI_TAG_UB " + std::to_string(*tag_ub) +
+                      "): use fewer, larger micro-batches");
+  }
+  const char* drop = std::getenv("PIPETRAIN_TEST_DROP_SEND");
+  drop_first_send_ = drop != nullptr && std::strcmp(drop, "1") == 0 && me_ == 0;
+}
+
+std::size_t PipelineEngine::activation_bytes() const {
+  std::size_t b = 0;
+  for (const auto& chunk : slots_) {
+    for (const auto& s : chunk) b += s->acts.bytes();
+  }
+  for (const auto& [k, buf] : recv_buf_) b += buf.bytes();
+  for (const auto& [k, buf] : grad_send_buf_) b += buf.bytes();
+  return b;
+}
+
+int PipelineEngine::tag(int dir, int mb, int sender_stage) const {
+  return (mb * sched_.stages() + sender_stage) * 2 + dir;
+}
+
+PipelineEngine::Slot& PipelineEngine::acquire(int chunk, int mb) {
+  auto& fl = free_[static_cast<std::size_t>(chunk)];
+  Slot* s = nullptr;
+  if (!fl.empty()) {
+    s = fl.back();
+    fl.pop_back();
+  } else {
+    auto fresh = std::make_unique<Slot>();
+    fresh->acts = chunks_[static_cast<std::size_t>(chunk)]->make_activations();
+    s = fresh.get();
+    slots_[static_cast<std::size_t>(chunk)].push_back(std::move(fresh));
+  }
+  live_[{mb, chunk}] = s;
+  return *s;
+}
+
+void PipelineEngine::release(int chunk, int mb) {
+  auto it = live_.find({mb, chunk});
+  free_[static_cast<std::size_t>(chunk)].push_back(it->second);
+  live_.erase(it);
+}
+
+float* PipelineEngine::recv_buffer(int dir, int mb, int chunk) {
+  return recv_buf_.at(std::make_tuple(dir, mb, chunk)).data();
+}
+
+const float* PipelineEngine::stage_output(const StageActivations& a) const {
+  return a.blocks.empty() ? a.input.data() : a.blocks.back().out.data();
+}
+
+double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
+  MPI_Comm comm = layout_.pp_comm();
+  const int NC = N_ * C_;
+  const int B = cfg_.train.micro_batch;
+  const int m = sched_.m;
+  const std::int64_t first_sample = static_cast<std::int64_t>(layout_.coords().dp) * m * B;
+  const double t_start = MPI_Wtime();
+
+  // every receive of the step is posted before any action runs
+  std::map<std::tuple<int, int, int>, MPI_Request> recv_req;
+  for (const Action& a : actions_) {
+    if (a.op != Op::RECV_ACT && a.op != Op::RECV_GRAD) continue;
+    const int dir = a.op == Op::RECV_ACT ? 0 : 1;
+    const int st = sched_.stage_of(me_, a.chunk);
+    MPI_Request req;
+    PT_MPI(MPI_Irecv(recv_buffer(dir, a.mb, a.chunk), NC, MPI_FLOAT, a.peer,
+                     tag(dir, a.mb, dir == 0 ? st - 1 : st + 1), comm, &req));
+    recv_req[{dir, a.mb, a.chunk}] = req;
+  }
+  std::map<Key, MPI_Request> act_send_req;
+  std::vector<MPI_Request> grad_send_req;
+  double loss_sum = 0.0;
+  bool dropped = false;
+
+  auto timed = [&](int op, auto&& fn) {
+    const double t0 = MPI_Wtime();
+    fn();
+    const double dt = MPI_Wtime() - t0;
+    t.compute_s += dt;
+    t.op_s[op] += dt;
+    ++t.op_n[op];
+  };
+  auto describe_wait = [&](const Action& a) {
+    return schedule::describe(a) + " (pipeline rank " + std::to_string(me_) + ", step " +
+           std::to_string(step + 1) + ")";
+  };
+  auto wait_act_send = [&](int mb, int chunk) {
+    auto it = act_send_req.find({mb, chunk});
+    if (it == act_send_req.end()) return;
+    t.wait_s += watchdog_.wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) +
+                                               ", chunk " + std::to_string(chunk) + ")");
+    act_send_req.erase(it);
+  };
+
+  for (const Action& a : actions_) {
+    GptStage& stage = *chunks_[static_cast<std::size_t>(a.chunk)];
+    const int st = sched_.stage_of(me_, a.chunk);
+    switch (a.op) {
+    case Op::RECV_ACT:
+    case Op::RECV_GRAD:
+      t.wait_s += watchdog_.wait(recv_req.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
+                                 describe_wait(a));
+      break;
+    case Op::F: {
+      Slot& s = acquire(a.chunk, a.mb);
+      timed(0, [&] {
+        if (stage.spec().first || stage.spec().last) {
+          sampler.fill(step, first_sample + static_cast<std::int64_t>(a.mb) * B, B,
+                       s.acts.tokens.data(), s.acts.targets.data());
+        }
+        if (!stage.spec().first) {
+          std::memcpy(s.acts.input.data(), recv_buffer(0, a.mb, a.chunk),
+                      static_cast<std::size_t>(NC) * sizeof(float));
+        }
+        loss_sum += stage.forward(s.acts);
+      });
+      break;
+    }
+    case Op::SEND_ACT: {
+      if (drop_first_send_ && !dropped) { // test-only: provoke the hang watchdog
+        dropped = true;
+        break;
+      }
+      MPI_Request req;
+      PT_MPI(MPI_Isend(stage_output(live_.at({a.mb, a.chunk})->acts), NC, MPI_FLOAT, a.peer,
+                       tag(0, a.mb, st), comm, &req));
+      act_send_req[{a.mb, a.chunk}] = req;
+      break;
+    }
+    case Op::B: {
+      Slot& s = *live_.at({a.mb, a.chunk});
+      timed(1, [&] {
+        const float* dout = stage.spec().last ? nullptr : recv_buffer(1, a.mb, a.chunk);
+        float* d_input = stage.spec().first ? nullptr : grad_send_buf_.at({a.mb, a.chunk}).data();
+        stage.backward(s.acts, dout, loss_scale_, d_input);
+      });
+      wait_act_send(a.mb, a.chunk);
+      release(a.chunk, a.mb);
+      break;
+    }
+    case Op::BI: {
+      Slot& s = *live_.at({a.mb, a.chunk});
+      timed(2, [&] {
+        if (!s.has_stash) {
+          s.stash = stage.make_stash();
+          s.has_stash = true;
+        }
+        const float* dout = stage.spec().last ? nullptr : recv_buffer(1, a.mb, a.chunk);
+        stage.backward_input(s.acts, dout, loss_scale_, s.stash);
+        if (!stage.spec().first) {
+          std::memcpy(grad_send_buf_.at({a.mb, a.chunk}).data(), s.stash.d_input.data(),
+                      static_cast<std::size_t>(NC) * sizeof(float));
+        }
+      });
+      break;
+    }
+    case Op::BW: {
+      Slot& s = *live_.at({a.mb, a.chunk});
+      timed(3, [&] { stage.backward_weight(s.acts, s.stash); });
+      wait_act_send(a.mb, a.chunk);
+      release(a.chunk, a.mb);
+      break;
+    }
+    case Op::SEND_GRAD: {
+      MPI_Request req;
+      PT_MPI(MPI_Isend(grad_send_buf_.at({a.mb, a.chunk}).data(), NC, MPI_FLOAT, a.peer,
+                       tag(1, a.mb, st), comm, &req));
+      grad_send_req.push_back(req);
+      break;
+    }
+    }
+  }
+  for (auto& [k, req] : act_send_req) {
+    t.wait_s += watchdog_.wait(req, "completion of SEND_ACT(mb " + std::to_string(k.first) + ")");
+  }
+  for (auto& req : grad_send_req) t.wait_s += watchdog_.wait(req, "completion of SEND_GRAD");
+  t.pipeline_s = MPI_Wtime() - t_start;
+  return loss_sum;
+}
+
+double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
+  MPI_Comm comm = layout_.pp_comm();
+  const int NC = N_ * C_;
+  const int B = cfg_.train.micro_batch;
+  const int S = sched_.stages();
+  double sum = 0.0;
+  // a plain forward chain per batch; virtual stages in order, so the chain never waits on itself
+  for (int j = layout_.coords().dp; j < batches; j += layout_.dp()) {
+    for (int st = 0; st < S; ++st) {
+      if (sched_.rank_of(st) != me_) continue;
+      const int c = sched_.chunk_of(st);
+      GptStage& stage = *chunks_[static_cast<std::size_t>(c)];
+      Slot& s = acquire(c, -1 - j);
+      if (stage.spec().first || stage.spec().last) {
+        sampler.fill(0, static_cast<std::int64_t>(j) * B, B, s.acts.tokens.data(),
+                     s.acts.targets.data());
+      }
+      if (st > 0) {
+        PT_MPI(MPI_Recv(s.acts.input.data(), NC, MPI_FLOAT, sched_.rank_of(st - 1),
+                        tag(0, 0, st - 1), comm, MPI_STATUS_IGNORE));
+      }
+      sum += stage.forward(s.acts);
+      if (st < S - 1) {
+        PT_MPI(MPI_Send(stage_output(s.acts), NC, MPI_FLOAT, sched_.rank_of(st + 1), tag(0, 0, st),
+                        comm));
+      }
+      release(c, -1 - j);
+    }
+  }
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, layout_.dp_comm()));
+  PT_MPI(MPI_Bcast(&sum, 1, MPI_DOUBLE, p_ - 1, comm));
+  return sum / batches;
+}
+
+} // namespace pt

@@ -1,0 +1,80 @@
+// Executes one pipeline rank's action list (DESIGN.md section 6). The engine has no schedule
+// logic: it posts every receive of the step first, runs the actions in order (sends are
+// non-blocking), keeps activations only between a micro-batch's F and its B (or BW), and times
+// compute and waits for the measured bubble.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "comm/watchdog.hpp"
+#include "config/run_config.hpp"
+#include "data/sampler.hpp"
+#include "model/gpt_stage.hpp"
+#include "parallel/layout.hpp"
+#include "schedule/schedule.hpp"
+
+namespace pt {
+
+struct StepTimes {
+  double pipeline_s = 0.0; // from the first to the last action, sends completed
+  double compute_s = 0.0;  // F, B, BI, BW
+  double wait_s = 0.0;     // receives and send completion
+  // per-op totals and counts, for the simulator's prediction
+  double op_s[4] = {0, 0, 0, 0}; // F, B, BI, BW
+  int op_n[4] = {0, 0, 0, 0};
+};
+
+class PipelineEngine {
+public:
+  // chunks[c] is this rank's model chunk c (virtual stage c*p + pp rank).
+  PipelineEngine(const RunConfig& cfg, const Layout& layout, const schedule::Schedule& sched,
+                 std::vector<std::unique_ptr<GptStage>>& chunks, const Watchdog& watchdog);
+
+  // Runs the step's action list. Returns the sum of the micro-batch mean losses this rank
+  // computed (the last virtual stage's rank; 0 elsewhere). Gradients accumulate into the chunks.
+  double run(int step, const Sampler& sampler, StepTimes& times);
+
+  // Forward only over `batches` micro-batches drawn from `sampler` (validation), the batches split
+  // over data-parallel replicas. Returns the mean loss on every rank.
+  double evaluate(const Sampler& sampler, int batches);
+
+  // Bytes of the activation slots allocated so far (their number follows the schedule's peak).
+  std::size_t activation_bytes() const;
+
+private:
+  struct Slot {
+    StageActivations acts;
+    StageStash stash;
+    bool has_stash = false;
+  };
+  using Key = std::pair<int, int>; // (mb, chunk)
+
+  int tag(int dir, int mb, int sender_stage) const;
+  Slot& acquire(int chunk, int mb);
+  void release(int chunk, int mb);
+  float* recv_buffer(int dir, int mb, int chunk);
+  const float* stage_output(const StageActivations& a) const;
+
+  const RunConfig& cfg_;
+  const Layout& layout_;
+  const schedule::Schedule& sched_;
+  std::vector<std::unique_ptr<GptStage>>& chunks_;
+  const Watchdog& watchdog_;
+  const std::vector<schedule::Action>& actions_;
+  int p_, v_, me_, N_, C_;
+  float loss_scale_;
+
+  // activation slots per chunk, reused across micro-batches and steps
+  std::vector<std::vector<std::unique_ptr<Slot>>> slots_;
+  std::vector<std::vector<Slot*>> free_;
+  std::map<Key, Slot*> live_;
+  // one buffer per receive and per gradient send of the list (N*C floats each)
+  std::map<std::tuple<int, int, int>, FloatBuffer> recv_buf_; // (dir, mb, chunk)
+  std::map<Key, FloatBuffer> grad_send_buf_;
+  bool drop_first_send_ = false; // test-only: PIPETRAIN_TEST_DROP_SEND=1 (watchdog test)
+};
+
+} // namespace pt
