@@ -21,7 +21,7 @@ std::string read(const std::string& path) {
 const std::string kTiny = read(PT_SOURCE_DIR "/inputs/tiny.toml");
 
 // The message of the bad_input error parse_deck throws, or "" when it accepts the deck.
-std::string error_of(const std::string& text, const std::vector<std::string>& ov, int ranks = 1) {
+std::string error_of(const std::string& text, const std::vector<std::string>& ov, int ranks = 2) {
   try {
     parse_deck(text, "deck.toml", ov, ranks);
   } catch (const Error& e) {
@@ -32,12 +32,14 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
 }
 
 TEST(Config, TinyDeckDerivesDataParallelismFromRanks) {
-  const RunConfig one = parse_deck(kTiny, "tiny.toml", {}, 1);
+  // tiny.toml: pp = 2, global batch 16 of micro-batch 4
+  const RunConfig one = parse_deck(kTiny, "tiny.toml", {}, 2);
   EXPECT_EQ(one.parallel.dp, 1);
-  EXPECT_EQ(one.accumulation(), 2);
-  const RunConfig two = parse_deck(kTiny, "tiny.toml", {}, 2);
+  EXPECT_EQ(one.accumulation(), 4);
+  const RunConfig two = parse_deck(kTiny, "tiny.toml", {}, 4);
   EXPECT_EQ(two.parallel.dp, 2);
-  EXPECT_EQ(two.accumulation(), 1);
+  EXPECT_EQ(two.accumulation(), 2);
+  EXPECT_EQ(two.parallel.micro_batches, 2);
   EXPECT_EQ(two.model.n_layer, 4);
   EXPECT_DOUBLE_EQ(two.train.lr, 3e-3);
   EXPECT_DOUBLE_EQ(two.train.min_lr, 3e-4);
@@ -45,7 +47,7 @@ TEST(Config, TinyDeckDerivesDataParallelismFromRanks) {
 }
 
 TEST(Config, DefaultsAreFilledIn) {
-  const RunConfig c = parse_deck(kTiny, "tiny.toml", {"train.min_lr=0.0001"}, 1);
+  const RunConfig c = parse_deck(kTiny, "tiny.toml", {"train.min_lr=0.0001"}, 2);
   EXPECT_DOUBLE_EQ(c.train.beta2, 0.95);
   EXPECT_EQ(c.parallel.schedule, "1f1b");
   EXPECT_TRUE(c.model.tie_embeddings);
@@ -61,7 +63,7 @@ TEST(Config, OverridesApplyInOrderAndLastWins) {
   const RunConfig c = parse_deck(
       kTiny, "tiny.toml",
       {"train.steps=50", "train.steps=70", "data.path=other/file.bin", "train.lr=1", "log.every=3"},
-      1);
+      2);
   EXPECT_EQ(c.train.steps, 70);
   EXPECT_EQ(c.data.path, "other/file.bin"); // bare string, no quotes needed
   EXPECT_DOUBLE_EQ(c.train.lr, 1.0);        // an integer is accepted for a float key
@@ -96,9 +98,9 @@ TEST(Config, ErrorsNameLineKeyAndFix) {
             std::string::npos);
   EXPECT_NE(error_of(kTiny, {"model=3"}).find("is not an override"), std::string::npos);
   EXPECT_NE(error_of(kTiny, {"a.b.c=3"}).find("is not an override"), std::string::npos);
-  EXPECT_NE(error_of(kTiny, {"parallel.partition=[1, 2]"}).find("needs pp*virtual_stages = 1"),
+  EXPECT_NE(error_of(kTiny, {"parallel.partition=[1, 2]"}).find("needs pp*virtual_stages = 2"),
             std::string::npos);
-  EXPECT_EQ(error_of(kTiny, {"parallel.partition=[4]"}), "");
+  EXPECT_EQ(error_of(kTiny, {"parallel.partition=[1, 3]"}), "");
   EXPECT_NE(error_of(kTiny, {"model.n_layer=0"}).find("[1, 4096]"), std::string::npos);
 }
 
