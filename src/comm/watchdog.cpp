@@ -46,4 +46,17 @@ double Watchdog::allreduce_sum(void* buf, int count, MPI_Datatype type, MPI_Comm
   return wait(req, what);
 }
 
+double Watchdog::bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
+                       const std::string& what) const {
+  MPI_Request req;
+  PT_MPI(MPI_Ibcast(buf, count, type, root, comm, &req));
+  return wait(req, what);
+}
+
+double Watchdog::barrier(MPI_Comm comm, const std::string& what) const {
+  MPI_Request req;
+  PT_MPI(MPI_Ibarrier(comm, &req));
+  return wait(req, what);
+}
+
 } // namespace pt

@@ -22,6 +22,11 @@ public:
   double allreduce_sum(void* buf, int count, MPI_Datatype type, MPI_Comm comm,
                        const std::string& what) const;
 
+  // MPI_Bcast and MPI_Barrier under the watchdog.
+  double bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
+               const std::string& what) const;
+  double barrier(MPI_Comm comm, const std::string& what) const;
+
 private:
   double timeout_s_;
   int rank_;

@@ -238,7 +238,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   double time_sum = 0.0;
   double ema = 0.0;
   for (int step = 0; step < t.steps; ++step) {
-    PT_MPI(MPI_Barrier(layout.world()));
+    watchdog.barrier(layout.world(), "the barrier that starts step " + std::to_string(step + 1));
     const double t0 = MPI_Wtime();
     for (auto& c : chunks) c->zero_grads();
     StepTimes times;
@@ -262,7 +262,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     if (layout.dp() > 1) {
       watchdog.allreduce_sum(&loss, 1, MPI_DOUBLE, layout.dp_comm(), "the loss all-reduce");
     }
-    PT_MPI(MPI_Bcast(&loss, 1, MPI_DOUBLE, p - 1, layout.pp_comm()));
+    watchdog.bcast(&loss, 1, MPI_DOUBLE, p - 1, layout.pp_comm(), "the loss broadcast");
     loss /= static_cast<double>(micro) * layout.dp();
 
     // global gradient norm: each tensor once, summed in model order
