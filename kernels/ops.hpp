@@ -20,12 +20,14 @@ const char* blas_name();
 void set_blas_threads(int n);
 
 // ---- embedding ------------------------------------------------------------------------------
-// out (B,T,C) writes = wte[tokens] + wpe[t]; tokens (B,T); wte (V,C); wpe (T_max>=T, C)
+// out (B,T,C) writes = wte[tokens] + wpe[t]; tokens (B,T); wte (V,C); wpe (T_max>=T, C).
+// Vocabulary-parallel form: wte holds rows [v_begin, v_end) of the table; tokens outside add
+// nothing; wpe may be null (one tensor-parallel rank adds the positions).
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                     int T, int C);
-// dwte (V,C) += scatter of dout; dwpe (T,C) += sum over B of dout
+                     int T, int C, int v_begin = 0, int v_end = 1 << 30);
+// dwte (rows [v_begin, v_end)) += scatter of dout; dwpe (T,C) += sum over B of dout (if not null)
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                      int T, int C);
+                      int T, int C, int v_begin = 0, int v_end = 1 << 30);
 
 // ---- layer norm (eps 1e-5) ------------------------------------------------------------------
 // out (N,C) writes; mean, rstd (N) write
@@ -78,9 +80,22 @@ double sum_squares(const float* x, std::size_t n);
 void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
                           int N, int V);
 // dlogits (N,V) writes = (probs - onehot(target)) * dloss   (dloss = d total / d loss_i);
-// dlogits may alias probs.
+// dlogits may alias probs. Vocabulary-parallel: the V columns are vocabulary rows
+// [v_begin, v_begin + V); a target outside that range has no column here.
 void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
-                           int N, int V);
+                           int N, int V, int v_begin = 0);
+
+// Pieces of a vocabulary-parallel cross-entropy: each rank holds V columns of the logits and the
+// caller all-reduces between the steps (the max by MAX; target logit and exp-sum by SUM).
+// mx (N) writes = row max of x (N,V)
+void row_max(float* mx, const float* x, int N, int V);
+// z (N) writes = x[n, target - v_begin] when the target is in this rank's range, else 0
+void gather_target(float* z, const float* x, const int32_t* targets, int N, int V, int v_begin);
+// p (N,V) writes = exp(x - mx) (p may alias x); sum (N) writes = row sums of p
+void softmax_exp(float* p, float* sum, const float* x, const float* mx, int N, int V);
+// p (N,V) /= sum; losses (N) writes = log(sum) + mx - z_target
+void crossentropy_finish(float* losses, float* p, const float* sum, const float* mx,
+                         const float* z_target, int N, int V);
 
 // ---- optimizer ------------------------------------------------------------------------------
 // One AdamW step on n parameters (decoupled decay: p -= lr*wd*p before the Adam update).

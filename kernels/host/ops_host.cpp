@@ -86,29 +86,42 @@ void set_blas_threads(int n) {
 // ---- embedding ------------------------------------------------------------------------------
 
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                     int T, int C) {
+                     int T, int C, int v_begin, int v_end) {
   par_for("encoder_forward", static_cast<std::size_t>(B) * T, [=](std::size_t bt) {
     const int t = static_cast<int>(bt % T);
-    const float* e = wte + static_cast<std::size_t>(tokens[bt]) * C;
-    const float* p = wpe + static_cast<std::size_t>(t) * C;
+    const int tok = tokens[bt];
     float* o = out + bt * C;
-    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    const bool mine = tok >= v_begin && tok < v_end;
+    const float* e = mine ? wte + static_cast<std::size_t>(tok - v_begin) * C : nullptr;
+    const float* p = wpe != nullptr ? wpe + static_cast<std::size_t>(t) * C : nullptr;
+    if (e != nullptr && p != nullptr) {
+      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    } else if (e != nullptr) {
+      for (int c = 0; c < C; ++c) o[c] = e[c];
+    } else if (p != nullptr) {
+      for (int c = 0; c < C; ++c) o[c] = p[c];
+    } else {
+      for (int c = 0; c < C; ++c) o[c] = 0.0f;
+    }
   });
 }
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                      int T, int C) {
+                      int T, int C, int v_begin, int v_end) {
   // Scatter into dwte: different rows may share a token, so split by columns, not rows.
   par_col_blocks("encoder_backward", C, [=](int c0, int c1) {
     for (int b = 0; b < B; ++b) {
       for (int t = 0; t < T; ++t) {
         const std::size_t bt = static_cast<std::size_t>(b) * T + t;
         const float* d = dout + bt * C;
-        float* we = dwte + static_cast<std::size_t>(tokens[bt]) * C;
-        float* wp = dwpe + static_cast<std::size_t>(t) * C;
-        for (int c = c0; c < c1; ++c) {
-          we[c] += d[c];
-          wp[c] += d[c];
+        const int tok = tokens[bt];
+        if (tok >= v_begin && tok < v_end) {
+          float* we = dwte + static_cast<std::size_t>(tok - v_begin) * C;
+          for (int c = c0; c < c1; ++c) we[c] += d[c];
+        }
+        if (dwpe != nullptr) {
+          float* wp = dwpe + static_cast<std::size_t>(t) * C;
+          for (int c = c0; c < c1; ++c) wp[c] += d[c];
         }
       }
     }
@@ -359,12 +372,52 @@ void crossentropy_forward(float* losses, float* probs, const float* logits, cons
 }
 
 void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
-                           int N, int V) {
+                           int N, int V, int v_begin) {
   par_for("crossentropy_backward", N, [=](std::size_t n) {
     const float* p = probs + n * V;
     float* d = dlogits + n * V;
     for (int i = 0; i < V; ++i) d[i] = p[i] * dloss;
-    d[targets[n]] -= dloss;
+    const int t = targets[n] - v_begin;
+    if (t >= 0 && t < V) d[t] -= dloss;
+  });
+}
+
+void row_max(float* mx, const float* x, int N, int V) {
+  par_for("row_max", N, [=](std::size_t n) {
+    const float* z = x + n * V;
+    float m = z[0];
+    for (int i = 1; i < V; ++i) m = std::max(m, z[i]);
+    mx[n] = m;
+  });
+}
+
+void gather_target(float* z, const float* x, const int32_t* targets, int N, int V, int v_begin) {
+  par_for("gather_target", N, [=](std::size_t n) {
+    const int t = targets[n] - v_begin;
+    z[n] = (t >= 0 && t < V) ? x[n * V + static_cast<std::size_t>(t)] : 0.0f;
+  });
+}
+
+void softmax_exp(float* p, float* sum, const float* x, const float* mx, int N, int V) {
+  par_for("softmax_exp", N, [=](std::size_t n) {
+    const float* z = x + n * V;
+    float* q = p + n * V;
+    float s = 0.0f;
+    for (int i = 0; i < V; ++i) {
+      q[i] = fast_exp(z[i] - mx[n]);
+      s += q[i];
+    }
+    sum[n] = s;
+  });
+}
+
+void crossentropy_finish(float* losses, float* p, const float* sum, const float* mx,
+                         const float* z_target, int N, int V) {
+  par_for("crossentropy_finish", N, [=](std::size_t n) {
+    float* q = p + n * V;
+    const float inv = 1.0f / sum[n];
+    for (int i = 0; i < V; ++i) q[i] *= inv;
+    losses[n] = std::log(sum[n]) + mx[n] - z_target[n];
   });
 }
 

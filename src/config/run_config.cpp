@@ -20,7 +20,9 @@ namespace {
 const std::map<std::string, std::vector<std::string>>& known_keys() {
   static const std::map<std::string, std::vector<std::string>> keys = {
       {"model", {"n_layer", "n_head", "d_model", "seq_len", "vocab_size", "tie_embeddings"}},
-      {"parallel", {"pp", "dp", "tp", "virtual_stages", "schedule", "micro_batches", "partition"}},
+      {"parallel",
+       {"pp", "dp", "tp", "virtual_stages", "schedule", "micro_batches", "partition",
+        "allow_tp_across_nodes"}},
       {"train",
        {"steps", "global_batch", "micro_batch", "lr", "min_lr", "warmup_steps", "weight_decay",
         "grad_clip", "beta1", "beta2", "eps", "seed"}},
@@ -395,8 +397,6 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
     throw input_error(deck_path + ": [checkpoint] is not supported yet: HDF5 checkpoints come "
                                   "in a later release; remove the section");
   }
-  if (c.parallel.tp > 1)
-    not_supported(r, "parallel", "tp", "tensor parallelism needs tp = 1 for now");
   if (c.comm.allreduce != "auto" && c.comm.allreduce != "mpi") {
     not_supported(r, "comm", "allreduce", "only \"auto\" and \"mpi\" (MPI_Allreduce) for now");
   }
@@ -408,6 +408,14 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   // ---- layout: does it fit the job? ----
   const int pp = c.parallel.pp;
   const int tp = c.parallel.tp;
+  c.parallel.allow_tp_across_nodes = r.get_bool("parallel", "allow_tp_across_nodes", false);
+  if (c.model.vocab_size % tp != 0) {
+    r.fail("parallel", "tp",
+           "= " + std::to_string(tp) +
+               " does not divide model.vocab_size = " + std::to_string(c.model.vocab_size) +
+               ": the embedding and head are split by vocabulary rows; pick a vocab_size that is "
+               "a multiple of tp (pad the vocabulary)");
+  }
   if (c.model.n_head % tp != 0) {
     r.fail("parallel", "tp",
            "= " + std::to_string(tp) + " does not divide model.n_head = " +

@@ -25,7 +25,8 @@ struct ParallelConfig {
   std::string schedule = "1f1b";
   int micro_batches = 0; // per pipeline per step; derived from the batch sizes
   std::string partition = "uniform";
-  std::vector<int> partition_layers; // explicit list, when partition is a list
+  std::vector<int> partition_layers;  // explicit list, when partition is a list
+  bool allow_tp_across_nodes = false; // a tp group spanning nodes is an error unless set
 };
 
 struct TrainConfig {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -106,6 +108,31 @@ void allreduce_grads(float* g, std::size_t n, double bucket_mb, MPI_Comm comm, c
   }
 }
 
+// Every replicated tensor's gradient must be the same bytes on every tp rank (by construction:
+// replicated parameters see replicated inputs). Compares min and max over the tp group.
+void check_replicated_grads(std::vector<std::unique_ptr<GptStage>>& chunks, const Layout& layout,
+                            int step, int& checked) {
+  if (layout.tp() < 2) return;
+  int count = 0;
+  for (auto& c : chunks) {
+    for (const auto& t : c->layout().tensors()) {
+      if (t.shard_dim >= 0) continue;
+      const float* g = c->grads() + t.offset;
+      std::vector<float> lo(g, g + t.size), hi(g, g + t.size);
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MIN,
+                           layout.tp_comm()));
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MAX,
+                           layout.tp_comm()));
+      if (std::memcmp(lo.data(), hi.data(), t.size * sizeof(float)) != 0) {
+        fatal("step " + std::to_string(step + 1) + ": the gradient of replicated tensor " + t.name +
+              " differs between tp ranks");
+      }
+      ++count;
+    }
+  }
+  checked = count;
+}
+
 } // namespace
 
 Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
@@ -203,8 +230,9 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   std::vector<std::unique_ptr<GptStage>> chunks;
   std::vector<std::unique_ptr<AdamW>> opts;
   for (int c = 0; c < v; ++c) {
+    const TpGroup tp{layout.tp_comm(), layout.coords().tp, layout.tp()};
     chunks.push_back(
-        std::make_unique<GptStage>(m, stage_spec(plan.layers, c * p + me), t.micro_batch));
+        std::make_unique<GptStage>(m, stage_spec(plan.layers, c * p + me), t.micro_batch, tp));
     chunks.back()->init_parameters(t.seed);
     opts.push_back(std::make_unique<AdamW>(chunks.back()->layout(), t));
   }
@@ -218,6 +246,10 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   std::vector<double> sq(whole.tensors().size());
 
   const Sampler sampler(*data, m.seq_len, t.seed);
+  // test switch: prove replicated gradients are bitwise equal on every tp rank, every step
+  const char* check_env = std::getenv("PIPETRAIN_CHECK_TP_REPLICAS");
+  const bool check_tp_replicas = check_env != nullptr && std::string(check_env) == "1";
+  int replicas_checked = 0;
   PipelineEngine engine(cfg, layout, plan.schedule, chunks, watchdog);
 
   // MFU denominator: every rank's measured sgemm rate, summed.
@@ -269,16 +301,22 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     std::fill(sq.begin(), sq.end(), 0.0);
     for (auto& c : chunks) {
       for (const auto& tensor : c->layout().tensors()) {
-        if (c->owns(tensor)) {
+        // shards on every tp rank, replicated tensors on tp rank 0: each element once
+        if (c->counts_in_norm(tensor)) {
           sq[tensor_index.at(tensor.name)] =
               ops::sum_squares(c->grads() + tensor.offset, tensor.size);
         }
       }
     }
+    if (layout.tp() > 1) {
+      watchdog.allreduce_sum(sq.data(), static_cast<int>(sq.size()), MPI_DOUBLE, layout.tp_comm(),
+                             "the gradient-norm all-reduce (tp)");
+    }
     if (p > 1) {
       watchdog.allreduce_sum(sq.data(), static_cast<int>(sq.size()), MPI_DOUBLE, layout.pp_comm(),
                              "the gradient-norm all-reduce");
     }
+    if (check_tp_replicas) check_replicated_grads(chunks, layout, step, replicas_checked);
     double norm2 = 0.0;
     for (double x : sq) norm2 += x;
     const double norm = std::sqrt(norm2);
@@ -367,28 +405,34 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   std::vector<unsigned long long> digests(G, 0);
   for (auto& c : chunks) {
     for (const auto& tensor : c->layout().tensors()) {
-      if (!c->owns(tensor)) continue;
+      if (!c->counts_in_norm(tensor)) continue;
       const std::size_t g = tensor_index.at(tensor.name);
       const float* w = c->params() + tensor.offset;
       unsigned long long h = 1469598103934665603ULL;
       const auto* bytes = reinterpret_cast<const unsigned char*>(w);
       for (std::size_t i = 0; i < tensor.size * sizeof(float); ++i)
         h = (h ^ bytes[i]) * 1099511628211ULL;
-      digests[g] = h;
+      // a shard's bytes are not the tensor's: digests are for layouts without tensor parallelism
+      digests[g] = tensor.shard_dim < 0 ? h : 0;
       double s2 = 0.0, proj = 0.0;
       for (std::size_t i = 0; i < tensor.size; ++i) {
         s2 += static_cast<double>(w[i]) * w[i];
-        proj += w[i] * (2.0 * unit_open0(hash3(7, g, i)) - 1.0);
+        proj += w[i] * (2.0 * unit_open0(hash3(7, g, c->layout().global_index(tensor, i))) - 1.0);
       }
       sums[2 * g] = s2;
       sums[2 * g + 1] = proj;
     }
   }
-  if (p > 1) {
+  for (MPI_Comm comm : {layout.tp_comm(), layout.pp_comm()}) {
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(2 * G), MPI_DOUBLE, MPI_SUM,
-                         layout.pp_comm()));
+                         comm));
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, digests.data(), static_cast<int>(G), MPI_UNSIGNED_LONG_LONG,
-                         MPI_SUM, layout.pp_comm()));
+                         MPI_SUM, comm));
+  }
+  if (check_tp_replicas && root) {
+    std::printf("tp replica check: %d replicated gradient tensors were bitwise equal on all %d tp "
+                "ranks at every step\n",
+                replicas_checked, layout.tp());
   }
   if (root) {
     std::vector<ParamSummary> summary;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ops.hpp"
+#include "util/errors.hpp"
 #include "util/hash.hpp"
 
 namespace pt {
@@ -38,21 +39,36 @@ std::size_t StageActivations::bytes() const {
 }
 
 std::size_t GptStage::bytes() const {
-  const std::size_t NC = static_cast<std::size_t>(N_) * C_;
-  // fused_ holds one block stash (4C + C + C + 3C + C + C per row) plus d_lnf, d_output, d_input
-  const std::size_t fused = (11 * NC + (spec_.last ? 2 * NC : 0) + NC) * sizeof(float);
+  const std::size_t N = static_cast<std::size_t>(N_);
+  // fused_ holds one block stash (d_fch F, d_ln2 C, d_res2 C, d_qkv 3Ct, d_ln1 C, dx C per row)
+  // plus d_lnf, d_output (last stage) and d_input
+  const std::size_t fused =
+      N * (F_ + 4 * C_ + 3 * Ct_ + (spec_.last ? 2 * C_ : 0) + C_) * sizeof(float);
   return params_.bytes() + grads_.bytes() + head_grad_.bytes() + d_fch_gelu_.bytes() +
-         d_atty_.bytes() + att_scratch_.bytes() + fused;
+         d_atty_.bytes() + att_scratch_.bytes() + 3 * ce_max_.bytes() + fused;
 }
 
-GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch)
-    : model_(model), spec_(stage), B_(micro_batch), T_(model.seq_len), C_(model.d_model),
-      NH_(model.n_head), V_(model.vocab_size), N_(micro_batch * model.seq_len),
-      layout_(model, stage), params_(layout_.total()), grads_(layout_.total()),
-      d_fch_gelu_(static_cast<std::size_t>(N_) * 4 * C_),
-      d_atty_(static_cast<std::size_t>(N_) * C_), att_scratch_(static_cast<std::size_t>(T_) * T_) {
+GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp)
+    : model_(model), spec_(stage), tp_(tp), B_(micro_batch), T_(model.seq_len), C_(model.d_model),
+      Ct_(model.d_model / tp.size), NH_(model.n_head / tp.size), F_(4 * model.d_model / tp.size),
+      V_(model.vocab_size / tp.size), v0_(tp.rank * (model.vocab_size / tp.size)),
+      N_(micro_batch * model.seq_len), layout_(model, stage, tp.rank, tp.size),
+      params_(layout_.total()), grads_(layout_.total()),
+      d_fch_gelu_(static_cast<std::size_t>(N_) * F_), d_atty_(static_cast<std::size_t>(N_) * Ct_),
+      att_scratch_(static_cast<std::size_t>(T_) * T_) {
   if (spec_.last && model_.tie_embeddings) {
     head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_);
+  }
+  if (spec_.last && tp_.size > 1) {
+    ce_max_ = FloatBuffer(static_cast<std::size_t>(N_));
+    ce_sum_ = FloatBuffer(static_cast<std::size_t>(N_));
+    ce_target_ = FloatBuffer(static_cast<std::size_t>(N_));
+  }
+}
+
+void GptStage::tp_sum(float* x, std::size_t n) const {
+  if (tp_.size > 1) {
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_FLOAT, MPI_SUM, tp_.comm));
   }
 }
 
@@ -91,9 +107,10 @@ void GptStage::init_parameters(std::uint64_t seed) {
       const double std = resid ? resid_std : 0.02;
       const std::uint64_t h = name_hash(t.name);
       for (std::size_t i = 0; i < t.size; ++i) {
-        // Box-Muller on two counter-based uniforms
-        const double u1 = unit_open0(hash3(seed, h, 2 * i));
-        const double u2 = unit_open0(hash3(seed, h, 2 * i + 1));
+        // Box-Muller on two counter-based uniforms of the element's index in the whole tensor
+        const std::size_t g = layout_.global_index(t, i);
+        const double u1 = unit_open0(hash3(seed, h, 2 * g));
+        const double u2 = unit_open0(hash3(seed, h, 2 * g + 1));
         const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
         p[i] = static_cast<float>(std * z);
       }
@@ -127,15 +144,15 @@ StageActivations GptStage::make_activations() const {
     k.ln1 = FloatBuffer(N * C);
     k.ln1_mean = FloatBuffer(N);
     k.ln1_rstd = FloatBuffer(N);
-    k.qkv = FloatBuffer(N * 3 * C);
+    k.qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_));
     k.att = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_);
-    k.atty = FloatBuffer(N * C);
+    k.atty = FloatBuffer(N * static_cast<std::size_t>(Ct_));
     k.res2 = FloatBuffer(N * C);
     k.ln2 = FloatBuffer(N * C);
     k.ln2_mean = FloatBuffer(N);
     k.ln2_rstd = FloatBuffer(N);
-    k.fch = FloatBuffer(N * 4 * C);
-    k.fch_gelu = FloatBuffer(N * 4 * C);
+    k.fch = FloatBuffer(N * static_cast<std::size_t>(F_));
+    k.fch_gelu = FloatBuffer(N * static_cast<std::size_t>(F_));
     k.out = FloatBuffer(N * C);
     a.blocks.push_back(std::move(k));
   }
@@ -154,10 +171,10 @@ StageStash GptStage::make_stash(std::size_t blocks) const {
   StageStash s;
   for (std::size_t l = 0; l < blocks; ++l) {
     BlockStash b;
-    b.d_fch = FloatBuffer(N * 4 * C);
+    b.d_fch = FloatBuffer(N * static_cast<std::size_t>(F_));
     b.d_ln2 = FloatBuffer(N * C);
     b.d_res2 = FloatBuffer(N * C);
-    b.d_qkv = FloatBuffer(N * 3 * C);
+    b.d_qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_));
     b.d_ln1 = FloatBuffer(N * C);
     b.dx = FloatBuffer(N * C);
     s.blocks.push_back(std::move(b));
@@ -178,24 +195,35 @@ const float* GptStage::block_input(const StageActivations& a, int i) const {
 
 void GptStage::block_forward(int i, const float* x, BlockActivations& a) {
   const BlockTensors w = block(params_.data(), spec_.layer_begin + i);
-  const int N = N_, C = C_;
+  const int N = N_, C = C_, Ct = Ct_, F = F_;
+  // row-parallel layers: one tp rank adds the (replicated) bias, the all-reduce adds the rest
+  const bool bias_here = tp_.rank == 0;
   ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, N,
                          C);
-  ops::matmul_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * C);
-  ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, T_, C, NH_);
-  ops::matmul_forward(a.res2.data(), a.atty.data(), w.proj_w, w.proj_b, N, C, C);
+  ops::matmul_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
+  ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, T_, Ct, NH_);
+  ops::matmul_forward(a.res2.data(), a.atty.data(), w.proj_w, bias_here ? w.proj_b : nullptr, N, Ct,
+                      C);
+  tp_sum(a.res2.data(), a.res2.size());
   ops::accumulate(a.res2.data(), x, a.res2.size());
   ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), w.ln2_w,
                          w.ln2_b, N, C);
-  ops::matmul_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, N, C, 4 * C);
+  ops::matmul_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, N, C, F);
   ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), a.fch.size());
-  ops::matmul_forward(a.out.data(), a.fch_gelu.data(), w.fcp_w, w.fcp_b, N, 4 * C, C);
+  ops::matmul_forward(a.out.data(), a.fch_gelu.data(), w.fcp_w, bias_here ? w.fcp_b : nullptr, N, F,
+                      C);
+  tp_sum(a.out.data(), a.out.size());
   ops::accumulate(a.out.data(), a.res2.data(), a.out.size());
 }
 
 float GptStage::forward(StageActivations& a) {
   const EdgeTensors e = edges(params_.data());
-  if (spec_.first) ops::encoder_forward(a.input.data(), a.tokens.data(), e.wte, e.wpe, B_, T_, C_);
+  if (spec_.first) {
+    // vocabulary-parallel embedding: each tp rank looks up its rows; one adds the positions
+    ops::encoder_forward(a.input.data(), a.tokens.data(), e.wte, tp_.rank == 0 ? e.wpe : nullptr,
+                         B_, T_, C_, v0_, v0_ + V_);
+    tp_sum(a.input.data(), a.input.size());
+  }
   for (std::size_t i = 0; i < a.blocks.size(); ++i) {
     block_forward(static_cast<int>(i), block_input(a, static_cast<int>(i)), a.blocks[i]);
   }
@@ -204,8 +232,21 @@ float GptStage::forward(StageActivations& a) {
   ops::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b,
                          N_, C_);
   ops::matmul_forward(a.probs.data(), a.lnf.data(), e.lm_head, nullptr, N_, C_, V_);
-  ops::crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
-                            V_);
+  if (tp_.size == 1) {
+    ops::crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
+                              V_);
+  } else {
+    // vocabulary-parallel cross-entropy: no rank holds all logits; max, then the target's logit
+    // and the exp-sum are all-reduced over the tp group
+    ops::row_max(ce_max_.data(), a.probs.data(), N_, V_);
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, ce_max_.data(), N_, MPI_FLOAT, MPI_MAX, tp_.comm));
+    ops::gather_target(ce_target_.data(), a.probs.data(), a.targets.data(), N_, V_, v0_);
+    ops::softmax_exp(a.probs.data(), ce_sum_.data(), a.probs.data(), ce_max_.data(), N_, V_);
+    tp_sum(ce_target_.data(), ce_target_.size());
+    tp_sum(ce_sum_.data(), ce_sum_.size());
+    ops::crossentropy_finish(a.losses.data(), a.probs.data(), ce_sum_.data(), ce_max_.data(),
+                             ce_target_.data(), N_, V_);
+  }
   double sum = 0.0;
   for (int n = 0; n < N_; ++n) sum += a.losses[static_cast<std::size_t>(n)];
   return static_cast<float>(sum / N_);
@@ -216,26 +257,28 @@ float GptStage::forward(StageActivations& a) {
 void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
                                     BlockStash& s) {
   const BlockTensors w = block(params_.data(), spec_.layer_begin + i);
-  const int N = N_, C = C_;
+  const int N = N_, C = C_, Ct = Ct_, F = F_;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   s.dout = dout;
-  // MLP branch
+  // MLP branch (row-parallel proj: its input gradient needs no communication)
   ops::zero(d_fch_gelu_.data(), d_fch_gelu_.size());
-  ops::matmul_backward_input(d_fch_gelu_.data(), dout, w.fcp_w, N, 4 * C, C);
+  ops::matmul_backward_input(d_fch_gelu_.data(), dout, w.fcp_w, N, F, C);
   ops::gelu_backward(s.d_fch.data(), a.fch.data(), d_fch_gelu_.data(), d_fch_gelu_.size());
   ops::zero(s.d_ln2.data(), NC);
-  ops::matmul_backward_input(s.d_ln2.data(), s.d_fch.data(), w.fc_w, N, C, 4 * C);
+  ops::matmul_backward_input(s.d_ln2.data(), s.d_fch.data(), w.fc_w, N, C, F);
+  tp_sum(s.d_ln2.data(), NC);      // column-parallel fc: sum the input gradient's shares
   copy(s.d_res2.data(), dout, NC); // residual path
   ops::layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
                                 a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
   // attention branch
-  ops::zero(d_atty_.data(), NC);
-  ops::matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, C, C);
+  ops::zero(d_atty_.data(), d_atty_.size());
+  ops::matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, Ct, C);
   ops::zero(s.d_qkv.data(), s.d_qkv.size());
   ops::attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(),
-                          a.att.data(), B_, T_, C, NH_);
+                          a.att.data(), B_, T_, Ct, NH_);
   ops::zero(s.d_ln1.data(), NC);
-  ops::matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * C);
+  ops::matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
+  tp_sum(s.d_ln1.data(), NC);             // column-parallel qkv
   copy(s.dx.data(), s.d_res2.data(), NC); // residual path
   ops::layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean.data(),
                                 a.ln1_rstd.data(), N, C);
@@ -244,13 +287,13 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
 void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
                                      const BlockStash& s) {
   const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
-  const int N = N_, C = C_;
-  ops::matmul_backward_weight(g.fcp_w, g.fcp_b, s.dout, a.fch_gelu.data(), N, 4 * C, C);
-  ops::matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), a.ln2.data(), N, C, 4 * C);
+  const int N = N_, C = C_, Ct = Ct_, F = F_;
+  ops::matmul_backward_weight(g.fcp_w, g.fcp_b, s.dout, a.fch_gelu.data(), N, F, C);
+  ops::matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), a.ln2.data(), N, C, F);
   ops::layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(), a.ln2_mean.data(),
                                  a.ln2_rstd.data(), N, C);
-  ops::matmul_backward_weight(g.proj_w, g.proj_b, s.d_res2.data(), a.atty.data(), N, C, C);
-  ops::matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), a.ln1.data(), N, C, 3 * C);
+  ops::matmul_backward_weight(g.proj_w, g.proj_b, s.d_res2.data(), a.atty.data(), N, Ct, C);
+  ops::matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), a.ln1.data(), N, C, 3 * Ct);
   ops::layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
                                  a.ln1_rstd.data(), N, C);
 }
@@ -259,9 +302,11 @@ void GptStage::head_backward_input(StageActivations& a, float loss_scale, float*
   const EdgeTensors e = edges(params_.data());
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
   // probs become d logits in place
-  ops::crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_);
+  ops::crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
+                             v0_);
   ops::zero(d_lnf, NC);
   ops::matmul_backward_input(d_lnf, a.probs.data(), e.lm_head, N_, C_, V_);
+  tp_sum(d_lnf, NC); // vocabulary-parallel head: sum the shares
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   ops::zero(dx, NC);
   ops::layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), N_,
@@ -300,7 +345,7 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
   if (grad != flow) copy(flow, grad, NC); // a stage with no blocks passes dout through
   if (spec_.first) {
     const EdgeTensors g = edges(grads_.data());
-    ops::encoder_backward(g.wte, g.wpe, flow, a.tokens.data(), B_, T_, C_);
+    ops::encoder_backward(g.wte, g.wpe, flow, a.tokens.data(), B_, T_, C_, v0_, v0_ + V_);
   }
   if (d_input != nullptr) copy(d_input, flow, NC);
 }
@@ -329,7 +374,8 @@ void GptStage::backward_weight(StageActivations& a, StageStash& s) {
   }
   if (spec_.first) {
     const EdgeTensors g = edges(grads_.data());
-    ops::encoder_backward(g.wte, g.wpe, s.d_input.data(), a.tokens.data(), B_, T_, C_);
+    ops::encoder_backward(g.wte, g.wpe, s.d_input.data(), a.tokens.data(), B_, T_, C_, v0_,
+                          v0_ + V_);
   }
 }
 

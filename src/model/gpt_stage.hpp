@@ -2,8 +2,12 @@
 // and gradients in one flat buffer each, and forward / backward-input / backward-weight per block
 // so that zero-bubble schedules can run the two halves of the backward at different times.
 //
-// B = micro-batch, T = seq_len, C = d_model, NH = heads, V = vocab, N = B*T.
+// B = micro-batch, T = seq_len, C = d_model, NH = heads, V = vocab, N = B*T. Under tensor
+// parallelism the shapes of sharded buffers are this tp rank's: Ct = C/tp attention channels,
+// NH/tp heads, F = 4C/tp MLP width, V/tp vocabulary rows (the probs buffer is (N, V/tp)).
 #pragma once
+
+#include <mpi.h>
 
 #include <cstdint>
 #include <vector>
@@ -42,12 +46,12 @@ struct EdgeTensors {
 // Activations a block keeps from forward to backward for one micro-batch.
 struct BlockActivations {
   FloatBuffer ln1, ln1_mean, ln1_rstd; // (N,C), (N), (N)
-  FloatBuffer qkv;                     // (N,3C)
-  FloatBuffer att;                     // (B,NH,T,T) softmax probabilities
-  FloatBuffer atty;                    // (N,C) attention output before proj
+  FloatBuffer qkv;                     // (N,3Ct)
+  FloatBuffer att;                     // (B,NH,T,T) softmax probabilities (heads here)
+  FloatBuffer atty;                    // (N,Ct) attention output before proj
   FloatBuffer res2;                    // (N,C) x + attention branch
   FloatBuffer ln2, ln2_mean, ln2_rstd; // (N,C), (N), (N)
-  FloatBuffer fch, fch_gelu;           // (N,4C)
+  FloatBuffer fch, fch_gelu;           // (N,F)
   FloatBuffer out;                     // (N,C) block output = res2 + MLP branch
 };
 
@@ -66,10 +70,10 @@ struct StageActivations {
 // Gradients a block's backward-input leaves for its backward-weight.
 struct BlockStash {
   const float* dout = nullptr; // (N,C) gradient of the block output (owned elsewhere)
-  FloatBuffer d_fch;           // (N,4C) gradient before GELU
+  FloatBuffer d_fch;           // (N,F) gradient before GELU
   FloatBuffer d_ln2;           // (N,C)
   FloatBuffer d_res2;          // (N,C)
-  FloatBuffer d_qkv;           // (N,3C)
+  FloatBuffer d_qkv;           // (N,3Ct)
   FloatBuffer d_ln1;           // (N,C)
   FloatBuffer dx;              // (N,C) gradient of the block input
 };
@@ -82,9 +86,19 @@ struct StageStash {
   FloatBuffer d_input;  // (N,C) gradient of the stage input
 };
 
+// The tensor-parallel group a stage belongs to (size 1: no tensor parallelism).
+struct TpGroup {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+};
+
 class GptStage {
 public:
-  GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch);
+  // With tp.size > 1 the stage holds its tp rank's shard (docs/tensor-parallel.md): heads
+  // NH/tp, MLP width 4C/tp, vocabulary V/tp; all-reduces in tp.comm run inside forward and
+  // backward-input.
+  GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp = {});
 
   const ParamLayout& layout() const { return layout_; }
   const StageSpec& spec() const { return spec_; }
@@ -110,6 +124,11 @@ public:
   // Whether this stage counts tensor t in the global gradient norm (each tensor exactly once
   // across stages: the head stage's copy of a tied wte is not counted).
   bool owns(const ParamTensor& t) const { return !(t.name == "wte" && !spec_.first); }
+  // Whether this rank adds t to the norm: owned, and sharded or (if replicated) tp rank 0.
+  bool counts_in_norm(const ParamTensor& t) const {
+    return owns(t) && (t.shard_dim >= 0 || tp_.rank == 0);
+  }
+  const TpGroup& tp() const { return tp_; }
 
   StageActivations make_activations() const;
   // Stash for the split backward: one BlockStash per block (or only one when `blocks` is 1).
@@ -142,19 +161,24 @@ private:
   void block_backward_weight(int i, const float* x, BlockActivations& a, const BlockStash& s);
   void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx);
   void head_backward_weight(StageActivations& a, const float* d_lnf);
+  void tp_sum(float* x, std::size_t n) const;
 
   ModelConfig model_;
   StageSpec spec_;
-  int B_, T_, C_, NH_, V_, N_;
+  TpGroup tp_;
+  // C = d_model, Ct = C/tp attention channels here, NH = heads here, F = 4C/tp MLP width here,
+  // V = vocabulary rows here (V_total/tp), v0 = first of them
+  int B_, T_, C_, Ct_, NH_, F_, V_, v0_, N_;
   ParamLayout layout_;
   FloatBuffer params_;
   FloatBuffer grads_;
   // scratch shared by all micro-batches (single-threaded use)
-  FloatBuffer d_fch_gelu_;  // (N,4C)
-  FloatBuffer d_atty_;      // (N,C)
-  FloatBuffer att_scratch_; // (T,T)
-  StageStash fused_;        // one block's stash, reused by backward() block after block
-  FloatBuffer head_grad_;   // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
+  FloatBuffer d_fch_gelu_;                  // (N,F)
+  FloatBuffer d_atty_;                      // (N,Ct)
+  FloatBuffer ce_max_, ce_sum_, ce_target_; // (N) vocabulary-parallel cross-entropy
+  FloatBuffer att_scratch_;                 // (T,T)
+  StageStash fused_;      // one block's stash, reused by backward() block after block
+  FloatBuffer head_grad_; // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
 };
 
 } // namespace pt

@@ -11,9 +11,15 @@ std::string layer_prefix(int layer) {
   return buf;
 }
 
-void ParamLayout::add(std::string name, std::vector<int> shape, bool decay, int layer) {
+void ParamLayout::add(std::string name, std::vector<int> global_shape, bool decay, int layer,
+                      int shard_dim, int parts) {
   ParamTensor t;
   t.name = std::move(name);
+  t.global_shape = global_shape;
+  t.shard_dim = tp_ > 1 ? shard_dim : -1;
+  t.parts = parts;
+  std::vector<int> shape = global_shape;
+  if (t.shard_dim >= 0) shape[static_cast<std::size_t>(t.shard_dim)] /= tp_;
   t.size = 1;
   for (int s : shape) t.size *= static_cast<std::size_t>(s);
   t.shape = std::move(shape);
@@ -25,33 +31,53 @@ void ParamLayout::add(std::string name, std::vector<int> shape, bool decay, int 
   tensors_.push_back(std::move(t));
 }
 
-ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage) {
+ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_rank, int tp)
+    : tp_rank_(tp_rank), tp_(tp) {
   const int C = m.d_model;
   const int V = m.vocab_size;
   // The tied LM head uses wte, so the last stage holds wte too (its gradient is reduced with
   // the first stage's when they are different ranks).
-  if (stage.first || (stage.last && m.tie_embeddings)) add("wte", {V, C}, true, -1);
+  if (stage.first || (stage.last && m.tie_embeddings)) add("wte", {V, C}, true, -1, 0);
   if (stage.first) add("wpe", {m.seq_len, C}, true, -1);
   for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
     const std::string p = layer_prefix(l);
     add(p + "ln1/weight", {C}, false, l);
     add(p + "ln1/bias", {C}, false, l);
-    add(p + "attn/qkv/weight", {3 * C, C}, true, l);
-    add(p + "attn/qkv/bias", {3 * C}, false, l);
-    add(p + "attn/proj/weight", {C, C}, true, l);
+    add(p + "attn/qkv/weight", {3 * C, C}, true, l, 0, 3);
+    add(p + "attn/qkv/bias", {3 * C}, false, l, 0, 3);
+    add(p + "attn/proj/weight", {C, C}, true, l, 1);
     add(p + "attn/proj/bias", {C}, false, l);
     add(p + "ln2/weight", {C}, false, l);
     add(p + "ln2/bias", {C}, false, l);
-    add(p + "mlp/fc/weight", {4 * C, C}, true, l);
-    add(p + "mlp/fc/bias", {4 * C}, false, l);
-    add(p + "mlp/proj/weight", {C, 4 * C}, true, l);
+    add(p + "mlp/fc/weight", {4 * C, C}, true, l, 0);
+    add(p + "mlp/fc/bias", {4 * C}, false, l, 0);
+    add(p + "mlp/proj/weight", {C, 4 * C}, true, l, 1);
     add(p + "mlp/proj/bias", {C}, false, l);
   }
   if (stage.last) {
     add("lnf/weight", {C}, false, -1);
     add("lnf/bias", {C}, false, -1);
-    if (!m.tie_embeddings) add("lm_head/weight", {V, C}, true, -1);
+    if (!m.tie_embeddings) add("lm_head/weight", {V, C}, true, -1, 0);
   }
+}
+
+std::size_t ParamLayout::global_index(const ParamTensor& t, std::size_t i) const {
+  if (t.shard_dim < 0) return i;
+  const std::size_t cols =
+      t.global_shape.size() > 1 ? static_cast<std::size_t>(t.global_shape[1]) : 1;
+  if (t.shard_dim == 1) {
+    const std::size_t local_cols = cols / static_cast<std::size_t>(tp_);
+    const std::size_t r = i / local_cols, c = i % local_cols;
+    return r * cols + static_cast<std::size_t>(tp_rank_) * local_cols + c;
+  }
+  const std::size_t rows_part =
+      static_cast<std::size_t>(t.global_shape[0]) / static_cast<std::size_t>(t.parts);
+  const std::size_t local_part = rows_part / static_cast<std::size_t>(tp_);
+  const std::size_t lr = i / cols, c = i % cols;
+  const std::size_t part = lr / local_part, within = lr % local_part;
+  const std::size_t gr =
+      part * rows_part + static_cast<std::size_t>(tp_rank_) * local_part + within;
+  return gr * cols + c;
 }
 
 const ParamTensor& ParamLayout::at(const std::string& name) const {

@@ -13,11 +13,17 @@ namespace pt {
 
 struct ParamTensor {
   std::string name;
-  std::vector<int> shape;
-  std::size_t offset = 0; // in floats
+  std::vector<int> shape;        // this rank's shape (its tensor-parallel shard)
+  std::vector<int> global_shape; // the whole tensor's shape (checkpoints store this)
+  std::size_t offset = 0;        // in floats
   std::size_t size = 0;
   bool decay = false; // weight decay applies (matrices and embeddings, not biases or norms)
   int layer = -1;     // transformer layer, -1 for embeddings / final norm / head
+  // Tensor parallelism: -1 replicated on every tp rank; 0 rows split; 1 columns split. A row
+  // split in `parts` parts gives each tp rank its share of every part (qkv: its heads' rows of
+  // q, of k and of v).
+  int shard_dim = -1;
+  int parts = 1;
 };
 
 // Which part of the model a rank holds: the embedding (first stage), layers [begin, end), and
@@ -31,7 +37,12 @@ struct StageSpec {
 
 class ParamLayout {
 public:
-  ParamLayout(const ModelConfig& m, const StageSpec& stage);
+  // tp_rank of tp: this rank's shard of each tensor (Megatron-style: qkv and fc split by output
+  // rows, the two proj weights by input columns, wte / lm_head by vocabulary rows).
+  ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_rank = 0, int tp = 1);
+
+  // Index in the whole (global) tensor of local element i of t.
+  std::size_t global_index(const ParamTensor& t, std::size_t i) const;
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }
@@ -40,8 +51,10 @@ public:
   bool has(const std::string& name) const;
 
 private:
-  void add(std::string name, std::vector<int> shape, bool decay, int layer);
+  void add(std::string name, std::vector<int> global_shape, bool decay, int layer,
+           int shard_dim = -1, int parts = 1);
 
+  int tp_rank_ = 0, tp_ = 1;
   std::vector<ParamTensor> tensors_;
   std::size_t total_ = 0;
 };

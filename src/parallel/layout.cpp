@@ -59,8 +59,14 @@ Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
   int spans = lo != hi ? 1 : 0;
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &spans, 1, MPI_INT, MPI_MAX, world_));
   if (spans) {
-    warnings_ = "warning: a tensor-parallel group spans nodes (tp = " + std::to_string(tp_) +
-                "): its all-reduces will cross the network; make ranks per node a multiple of tp\n";
+    const std::string what = "a tensor-parallel group spans nodes (tp = " + std::to_string(tp_) +
+                             "): its all-reduces, several per layer, would cross the network";
+    if (!p.allow_tp_across_nodes) {
+      throw input_error("parallel.tp: " + what +
+                        ". Run a multiple of tp ranks per node, or set "
+                        "parallel.allow_tp_across_nodes = true");
+    }
+    warnings_ = "warning: " + what + "\n";
   }
 
   char host[MPI_MAX_PROCESSOR_NAME] = {0};
