@@ -71,8 +71,10 @@ int run(int argc, char** argv) {
     }
     const pt::TrainResult r = pt::train(cfg, layout, plan);
     if (root) {
-      std::printf("done: %d steps, final loss %.4f, %.0f tokens/s (mean after step 1)\n",
-                  r.steps_done, r.final_loss, r.mean_tokens_per_s);
+      std::printf("%s: %d steps, final loss %.4f, %.0f tokens/s (mean after the first step of this "
+                  "run)\n",
+                  r.stopped_early ? "stopped" : "done", r.steps_done, r.final_loss,
+                  r.mean_tokens_per_s);
     }
     return 0;
   } catch (const pt::Error& e) {

@@ -393,16 +393,23 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
       static_cast<int>(r.get_int("runtime", "exit_after_steps", 0, 0, kBig));
 
   // ---- features that later issues bring ----
-  if (root.get("checkpoint") != nullptr) {
-    throw input_error(deck_path + ": [checkpoint] is not supported yet: HDF5 checkpoints come "
-                                  "in a later release; remove the section");
-  }
   if (c.comm.allreduce != "auto" && c.comm.allreduce != "mpi") {
     not_supported(r, "comm", "allreduce", "only \"auto\" and \"mpi\" (MPI_Allreduce) for now");
   }
   if (c.log.trace) not_supported(r, "log", "trace", "Chrome traces come in a later release");
-  if (c.runtime.exit_after_steps > 0) {
-    not_supported(r, "runtime", "exit_after_steps", "it needs checkpoints; use 0");
+  // [checkpoint]: present (in the deck or as an override) means checkpointing is on
+  c.checkpoint.enabled = root.get("checkpoint") != nullptr;
+  if (c.checkpoint.enabled) {
+    c.checkpoint.dir = r.get_string("checkpoint", "dir", "checkpoints");
+    c.checkpoint.every = static_cast<int>(r.get_int("checkpoint", "every", 0, 0, kBig));
+    c.checkpoint.keep = static_cast<int>(r.get_int("checkpoint", "keep", 3, 1, 1 << 20));
+    c.checkpoint.resume = r.get_string("checkpoint", "resume", "auto");
+    if (c.checkpoint.dir.empty()) r.fail("checkpoint", "dir", "is empty: name a directory");
+  }
+  if (c.runtime.exit_after_steps > 0 && !c.checkpoint.enabled) {
+    r.fail("runtime", "exit_after_steps",
+           "> 0 stops the run to be continued, which needs checkpoints: add a [checkpoint] "
+           "section (or checkpoint.dir=DIR)");
   }
 
   // ---- layout: does it fit the job? ----

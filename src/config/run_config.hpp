@@ -51,6 +51,14 @@ struct DataConfig {
   int val_batches = 4; // micro-batches per validation pass
 };
 
+struct CheckpointConfig {
+  bool enabled = false; // a [checkpoint] section (or a checkpoint.* override) is present
+  std::string dir = "checkpoints";
+  int every = 0;               // steps between checkpoints; 0: only at the end (and on stops)
+  int keep = 3;                // newest checkpoints kept
+  std::string resume = "auto"; // auto | none | <file>
+};
+
 struct CommConfig {
   std::string allreduce = "auto";
   std::string topology = "auto";
@@ -80,6 +88,7 @@ struct RunConfig {
   ParallelConfig parallel;
   TrainConfig train;
   DataConfig data;
+  CheckpointConfig checkpoint;
   CommConfig comm;
   DeviceConfig device;
   LogConfig log;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "checkpoint/checkpoint.hpp"
 #include "comm/watchdog.hpp"
 #include "cuda/device_query.hpp"
 #include "data/sampler.hpp"
@@ -28,6 +30,13 @@
 
 namespace pt {
 namespace {
+
+// Set by SIGTERM / SIGUSR1 (what Slurm sends ahead of the time limit with --signal): finish the
+// step, checkpoint, exit 0. The one piece of process-global state, as signals demand.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
 
 constexpr std::uint64_t kValidationStream = 0x76616c69646174ULL; // "validat": sampler stream
 
@@ -267,9 +276,31 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   const int micro = cfg.accumulation();
 
   TrainResult result;
+  TrainState state;
+  std::string from;
+  Shards shards{chunks, opts};
+  if (resume(cfg, layout, shards, state, from) && root) {
+    std::printf("resumed from %s: %d of %d steps done\n", from.c_str(), state.step, t.steps);
+    std::fflush(stdout);
+  }
+  const int first_step = state.step;
+  result.steps_done = first_step;
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGUSR1, on_stop_signal);
+  auto save = [&](int steps_done, double lr) {
+    state.step = steps_done;
+    state.tokens_seen = static_cast<long long>(steps_done) * t.global_batch * m.seq_len;
+    state.lr = lr;
+    const double t0 = MPI_Wtime();
+    const std::string path = write_checkpoint(cfg, layout, shards, plan.layers, state);
+    if (root) {
+      std::printf("checkpoint %s written in %.2f s\n", path.c_str(), MPI_Wtime() - t0);
+      std::fflush(stdout);
+    }
+  };
   double time_sum = 0.0;
   double ema = 0.0;
-  for (int step = 0; step < t.steps; ++step) {
+  for (int step = first_step; step < t.steps; ++step) {
     watchdog.barrier(layout.world(), "the barrier that starts step " + std::to_string(step + 1));
     const double t0 = MPI_Wtime();
     for (auto& c : chunks) c->zero_grads();
@@ -360,8 +391,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       predicted = schedule::simulate(plan.schedule, costs).mean_bubble;
     }
 
-    if (step > 0) time_sum += dt;
-    ema = step == 0 ? dt : 0.9 * ema + 0.1 * dt;
+    if (step > first_step) time_sum += dt;
+    ema = step == first_step ? dt : 0.9 * ema + 0.1 * dt;
     StepMetrics sm;
     sm.step = step + 1;
     sm.steps = t.steps;
@@ -394,8 +425,32 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       const double val = engine.evaluate(vs, cfg.data.val_batches);
       if (root) log->validation(step + 1, val);
     }
+
+    // checkpoints: every N steps, at the end, and when this run must stop early
+    int stop = g_stop_signal;
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, layout.world()));
+    const int run_steps = step + 1 - first_step;
+    const bool stop_here = stop != 0 || (cfg.runtime.exit_after_steps > 0 &&
+                                         run_steps == cfg.runtime.exit_after_steps);
+    const bool periodic = cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0;
+    if (cfg.checkpoint.enabled && (periodic || stop_here || step + 1 == t.steps)) {
+      save(step + 1, lr);
+    }
+    if (stop_here && step + 1 < t.steps) {
+      if (root) {
+        std::printf("stopping after step %d (%s); %s\n", step + 1,
+                    stop != 0 ? (stop == SIGTERM ? "SIGTERM" : "SIGUSR1")
+                              : "runtime.exit_after_steps",
+                    cfg.checkpoint.enabled ? "restart with checkpoint.resume = \"auto\" to continue"
+                                           : "no [checkpoint] section: nothing was saved");
+        std::fflush(stdout);
+      }
+      result.stopped_early = true;
+      break;
+    }
   }
-  result.mean_tokens_per_s = t.steps > 1 ? tokens_per_step * (t.steps - 1) / time_sum : 0.0;
+  const int timed = result.steps_done - first_step - 1;
+  result.mean_tokens_per_s = timed > 0 ? tokens_per_step * timed / time_sum : 0.0;
 
   // Final parameters, per tensor in model order: an FNV-1a digest of the exact bytes (layouts
   // that must be bit-identical compare these), the sum of squares, and a random projection

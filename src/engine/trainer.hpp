@@ -34,6 +34,7 @@ struct TrainResult {
   int steps_done = 0;
   double final_loss = 0.0;
   double mean_tokens_per_s = 0.0; // over steps after the first
+  bool stopped_early = false;     // runtime.exit_after_steps or a stop signal
 };
 
 // Collective over layout.world(). Throws pt::Error (bad input, non-finite loss).

@@ -17,7 +17,8 @@ public:
   // One update with learning rate `lr`; grads are multiplied by grad_scale first (clipping).
   void step(float* params, const float* grads, double lr, float grad_scale);
 
-  int updates() const { return t_; } // updates applied so far
+  int updates() const { return t_; }  // updates applied so far
+  void set_updates(int t) { t_ = t; } // after loading a checkpoint
   float* m() { return m_.data(); }
   float* v() { return v_.data(); }
   std::size_t bytes() const { return m_.bytes() + v_.bytes(); }

@@ -1,0 +1,477 @@
+#include "checkpoint/checkpoint.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "util/errors.hpp"
+
+namespace pt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Owns one HDF5 handle; closes it with the matching H5?close.
+class H5 {
+public:
+  H5() = default;
+  H5(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~H5() { reset(); }
+  H5(const H5&) = delete;
+  H5& operator=(const H5&) = delete;
+  H5(H5&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  H5& operator=(H5&& o) noexcept {
+    reset();
+    id_ = o.id_;
+    close_ = o.close_;
+    o.id_ = -1;
+    return *this;
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  void reset() {
+    if (id_ >= 0 && close_ != nullptr) close_(id_);
+    id_ = -1;
+  }
+
+private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+const char* const kSections[] = {"model", "optim/m", "optim/v"};
+
+std::string step_file(int step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08d.h5", step);
+  return buf;
+}
+
+// The whole model's tensors, in the order the file lists them.
+ParamLayout whole_layout(const ModelConfig& m) {
+  return ParamLayout(m, StageSpec{true, true, 0, m.n_layer});
+}
+
+// This rank's copies of a tensor (a rank may hold none, or two with tied wte on two chunks).
+struct Local {
+  GptStage* stage;
+  AdamW* opt;
+  const ParamTensor* t;
+  float* base(int section) const {
+    return section == 0 ? stage->params() : (section == 1 ? opt->m() : opt->v());
+  }
+};
+
+std::vector<Local> locals(Shards& s, const std::string& name) {
+  std::vector<Local> out;
+  for (std::size_t c = 0; c < s.chunks.size(); ++c) {
+    if (s.chunks[c]->layout().has(name)) {
+      out.push_back({s.chunks[c].get(), s.opts[c].get(), &s.chunks[c]->layout().at(name)});
+    }
+  }
+  return out;
+}
+
+std::vector<hsize_t> dims_of(const ParamTensor& t) {
+  return std::vector<hsize_t>(t.global_shape.begin(), t.global_shape.end());
+}
+
+// Selects this rank's tensor-parallel shard of the global dataspace (see ParamTensor).
+void select_shard(hid_t space, const ParamTensor& t, int tp_rank, int tp) {
+  const std::vector<hsize_t> g = dims_of(t);
+  hsize_t start[2] = {0, 0}, stride[2] = {1, 1}, count[2] = {1, 1}, block[2] = {1, 1};
+  for (std::size_t d = 0; d < g.size(); ++d) block[d] = g[d];
+  if (t.shard_dim == 0) {
+    const hsize_t part = g[0] / static_cast<hsize_t>(t.parts);
+    const hsize_t mine = part / static_cast<hsize_t>(tp);
+    start[0] = static_cast<hsize_t>(tp_rank) * mine;
+    stride[0] = part;
+    count[0] = static_cast<hsize_t>(t.parts);
+    block[0] = mine;
+  } else if (t.shard_dim == 1) {
+    const hsize_t mine = g[1] / static_cast<hsize_t>(tp);
+    start[1] = static_cast<hsize_t>(tp_rank) * mine;
+    block[1] = mine;
+  }
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, start, stride, count, block);
+}
+
+H5 string_type(std::size_t len) {
+  H5 t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), std::max<std::size_t>(len, 1));
+  return t;
+}
+
+bool write_string_attr(hid_t obj, const char* name, const std::string& value) {
+  H5 type = string_type(value.size());
+  H5 space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5 attr(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  return attr.ok() && H5Awrite(attr.get(), type.get(), value.c_str()) >= 0;
+}
+
+template <class T> bool write_attr(hid_t obj, const char* name, hid_t type, const T* v, hsize_t n) {
+  H5 space(n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr), H5Sclose);
+  H5 attr(H5Acreate2(obj, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  return attr.ok() && H5Awrite(attr.get(), type, v) >= 0;
+}
+
+bool read_string_attr(hid_t obj, const char* name, std::string& out) {
+  H5 attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  if (!attr.ok()) return false;
+  H5 type(H5Aget_type(attr.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING) return false;
+  std::string buf(H5Tget_size(type.get()), '\0');
+  H5 mem = string_type(buf.size());
+  if (H5Aread(attr.get(), mem.get(), buf.data()) < 0) return false;
+  out = buf.c_str();
+  return true;
+}
+
+template <class T> bool read_attr(hid_t obj, const char* name, hid_t type, T& out) {
+  H5 attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  return attr.ok() && H5Aread(attr.get(), type, &out) >= 0;
+}
+
+H5 open_file(const std::string& path, MPI_Comm comm, bool create) {
+  H5 fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
+  if (create) return H5(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+  return H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+}
+
+// Checkpoints in dir, newest step first (published files only, never .partial).
+std::vector<std::string> list_checkpoints(const fs::path& dir) {
+  std::vector<std::pair<int, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    int step = 0;
+    char tail[8] = {0};
+    if (std::sscanf(n.c_str(), "step_%d.h%2s", &step, tail) == 2 && n.size() == 16 &&
+        n.compare(n.size() - 3, 3, ".h5") == 0) {
+      found.push_back({step, e.path().string()});
+    }
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+Error ckpt_error(const std::string& path, const std::string& what) {
+  return Error(ExitCode::checkpoint, "checkpoint '" + path + "': " + what);
+}
+
+} // namespace
+
+std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards shards,
+                             const std::vector<int>& partition, const TrainState& state) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); // our messages, not HDF5's error stacks
+  const bool root = layout.rank() == 0;
+  const fs::path dir = cfg.checkpoint.dir;
+  const std::string final_path = (dir / step_file(state.step)).string();
+  const std::string partial = final_path + ".partial";
+  std::optional<Error> err;
+  if (root) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      err = Error(ExitCode::other,
+                  "checkpoint.dir '" + dir.string() + "' cannot be created: " + ec.message());
+    }
+  }
+  agree(layout.world(), err);
+
+  bool ok = true;
+  {
+    H5 file = open_file(partial, layout.world(), true);
+    if (!file.ok()) {
+      err = Error(ExitCode::other, "cannot create checkpoint '" + partial + "'");
+    }
+    agree(layout.world(), err);
+    const hid_t f = file.get();
+    const int schema = kCheckpointSchema;
+    const long long step = state.step, tokens = state.tokens_seen;
+    ok &= write_string_attr(f, "format", "pipetrain-checkpoint");
+    ok &= write_attr(f, "schema_version", H5T_NATIVE_INT, &schema, 1);
+    ok &= write_attr(f, "step", H5T_NATIVE_LLONG, &step, 1);
+    ok &= write_attr(f, "tokens_seen", H5T_NATIVE_LLONG, &tokens, 1);
+
+    H5 lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+    H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
+
+    { // the resolved deck: a scalar string written by rank 0
+      H5 type = string_type(cfg.resolved_text.size());
+      H5 space(H5Screate(H5S_SCALAR), H5Sclose);
+      H5 ds(H5Dcreate2(f, "/config", type.get(), space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+            H5Dclose);
+      H5 fsel(H5Screate(H5S_SCALAR), H5Sclose);
+      if (!root) H5Sselect_none(fsel.get());
+      ok &= ds.ok() && H5Dwrite(ds.get(), type.get(), fsel.get(), fsel.get(), dxpl.get(),
+                                cfg.resolved_text.c_str()) >= 0;
+    }
+
+    const ParamLayout whole = whole_layout(cfg.model);
+    float dummy = 0.0f;
+    for (int sec = 0; sec < 3; ++sec) {
+      for (const ParamTensor& gt : whole.tensors()) {
+        const std::string name = std::string("/") + kSections[sec] + "/" + gt.name;
+        const std::vector<hsize_t> g = dims_of(gt);
+        H5 space(H5Screate_simple(static_cast<int>(g.size()), g.data(), nullptr), H5Sclose);
+        // ~1 MB chunks of whole rows, each with a Fletcher32 checksum verified on every read
+        std::vector<hsize_t> chunk = g;
+        const hsize_t row = g.size() > 1 ? g[1] : 1;
+        chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(g[0], 262144 / row));
+        H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+        H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+        H5Pset_fletcher32(dcpl.get());
+        H5 ds(H5Dcreate2(f, name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(),
+                         H5P_DEFAULT),
+              H5Dclose);
+        ok &= ds.ok();
+        // each element once: data-parallel replica 0, the owning stage, the tp shard (replicated
+        // tensors from tp rank 0)
+        const Local* writer = nullptr;
+        std::vector<Local> mine = locals(shards, gt.name);
+        for (const Local& l : mine) {
+          if (layout.coords().dp == 0 && l.stage->counts_in_norm(*l.t)) writer = &l;
+        }
+        H5 fspace(H5Dget_space(ds.get()), H5Sclose);
+        hsize_t n = writer != nullptr ? writer->t->size : 1;
+        H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+        const float* buf = &dummy;
+        if (writer != nullptr) {
+          select_shard(fspace.get(), *writer->t, layout.coords().tp, layout.tp());
+          buf = writer->base(sec) + writer->t->offset;
+        } else {
+          H5Sselect_none(fspace.get());
+          H5Sselect_none(mspace.get());
+        }
+        ok &=
+            H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl.get(), buf) >= 0;
+      }
+    }
+
+    H5 optim(H5Gopen2(f, "/optim", H5P_DEFAULT), H5Gclose);
+    const int adam_step = shards.opts.front()->updates();
+    const double lr = state.lr, b1 = cfg.train.beta1, b2 = cfg.train.beta2, eps = cfg.train.eps,
+                 wd = cfg.train.weight_decay;
+    const double betas[2] = {b1, b2};
+    ok &= write_attr(optim.get(), "adam_step", H5T_NATIVE_INT, &adam_step, 1);
+    ok &= write_attr(optim.get(), "lr", H5T_NATIVE_DOUBLE, &lr, 1);
+    ok &= write_attr(optim.get(), "betas", H5T_NATIVE_DOUBLE, betas, 2);
+    ok &= write_attr(optim.get(), "eps", H5T_NATIVE_DOUBLE, &eps, 1);
+    ok &= write_attr(optim.get(), "wd", H5T_NATIVE_DOUBLE, &wd, 1);
+
+    H5 data(H5Gcreate2(f, "/data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    const unsigned long long seed = cfg.train.seed;
+    const long long cursor = state.step; // the sampler is a function of (seed, step)
+    ok &= write_attr(data.get(), "seed", H5T_NATIVE_ULLONG, &seed, 1);
+    ok &= write_attr(data.get(), "cursor", H5T_NATIVE_LLONG, &cursor, 1);
+
+    H5 lay(H5Gcreate2(f, "/layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    const int dims[3] = {layout.pp(), layout.dp(), layout.tp()};
+    ok &= write_attr(lay.get(), "pp", H5T_NATIVE_INT, &dims[0], 1);
+    ok &= write_attr(lay.get(), "dp", H5T_NATIVE_INT, &dims[1], 1);
+    ok &= write_attr(lay.get(), "tp", H5T_NATIVE_INT, &dims[2], 1);
+    ok &= write_attr(lay.get(), "virtual_stages", H5T_NATIVE_INT, &cfg.parallel.virtual_stages, 1);
+    ok &= write_string_attr(lay.get(), "partition", cfg.parallel.partition);
+    ok &= write_attr(lay.get(), "layers", H5T_NATIVE_INT, partition.data(),
+                     static_cast<hsize_t>(partition.size()));
+    lay.reset();
+    data.reset();
+    optim.reset();
+    if (H5Fclose(file.get()) < 0) ok = false;
+    file = H5();
+  }
+  if (!ok) err = Error(ExitCode::other, "writing checkpoint '" + partial + "' failed");
+  agree(layout.world(), err);
+
+  // publish: rename, then point latest at it, then prune (never before the new one is in place)
+  if (root) {
+    std::error_code ec;
+    fs::rename(partial, final_path, ec);
+    if (!ec) {
+      const fs::path latest = dir / "latest";
+      const fs::path tmp = dir / "latest.tmp";
+      {
+        std::ofstream out(tmp);
+        out << step_file(state.step) << "\n";
+      }
+      fs::rename(tmp, latest, ec);
+    }
+    if (ec) {
+      err = Error(ExitCode::other, "publishing checkpoint '" + final_path + "': " + ec.message());
+    } else {
+      const std::vector<std::string> all = list_checkpoints(dir);
+      for (std::size_t i = static_cast<std::size_t>(cfg.checkpoint.keep); i < all.size(); ++i) {
+        fs::remove(all[i], ec);
+      }
+    }
+  }
+  agree(layout.world(), err);
+  return final_path;
+}
+
+TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const Layout& layout,
+                           Shards shards) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  std::optional<Error> err;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) err = ckpt_error(path, "no such file");
+  agree(layout.world(), err);
+  TrainState st;
+  H5 file = open_file(path, layout.world(), false);
+  if (!file.ok()) {
+    err = ckpt_error(path, "cannot be opened as HDF5: truncated or damaged (or not a checkpoint)");
+  }
+  agree(layout.world(), err);
+  const hid_t f = file.get();
+  std::string format;
+  int schema = 0;
+  long long step = -1, tokens = 0;
+  if (!read_string_attr(f, "format", format) || format != "pipetrain-checkpoint") {
+    err = ckpt_error(path, "is not a pipetrain checkpoint (attribute format is missing or wrong)");
+  } else if (!read_attr(f, "schema_version", H5T_NATIVE_INT, schema) ||
+             schema != kCheckpointSchema) {
+    err = ckpt_error(path, "schema_version " + std::to_string(schema) + ", this pipetrain reads " +
+                               std::to_string(kCheckpointSchema));
+  } else if (!read_attr(f, "step", H5T_NATIVE_LLONG, step) ||
+             !read_attr(f, "tokens_seen", H5T_NATIVE_LLONG, tokens)) {
+    err = ckpt_error(path, "the step or tokens_seen attribute is missing");
+  }
+  agree(layout.world(), err);
+
+  // shapes and types of every dataset before any data is read
+  const ParamLayout whole = whole_layout(cfg.model);
+  std::vector<H5> sets;
+  for (int sec = 0; sec < 3 && !err; ++sec) {
+    for (const ParamTensor& gt : whole.tensors()) {
+      const std::string name = std::string("/") + kSections[sec] + "/" + gt.name;
+      H5 ds(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose);
+      if (!ds.ok()) {
+        err = ckpt_error(path, "dataset " + name + " is missing");
+        break;
+      }
+      H5 space(H5Dget_space(ds.get()), H5Sclose);
+      const std::vector<hsize_t> want = dims_of(gt);
+      std::vector<hsize_t> have(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space.get())));
+      H5Sget_simple_extent_dims(space.get(), have.data(), nullptr);
+      H5 type(H5Dget_type(ds.get()), H5Tclose);
+      if (have != want) {
+        auto str = [](const std::vector<hsize_t>& v) {
+          std::string s = "(";
+          for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+          return s + ")";
+        };
+        err = ckpt_error(path, "dataset " + name + " has shape " + str(have) +
+                                   " but the deck's "
+                                   "model needs " +
+                                   str(want) + ": the checkpoint is of another model");
+        break;
+      }
+      if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != 4) {
+        err = ckpt_error(path, "dataset " + name + " is not float32");
+        break;
+      }
+      sets.push_back(std::move(ds));
+    }
+  }
+  agree(layout.world(), err);
+
+  // every rank reads its slices (all replicas, every copy); chunk checksums are verified
+  std::size_t k = 0;
+  for (int sec = 0; sec < 3; ++sec) {
+    for (const ParamTensor& gt : whole.tensors()) {
+      const hid_t ds = sets[k++].get();
+      for (const Local& l : locals(shards, gt.name)) {
+        if (err) break;
+        H5 fspace(H5Dget_space(ds), H5Sclose);
+        select_shard(fspace.get(), *l.t, layout.coords().tp, layout.tp());
+        hsize_t n = l.t->size;
+        H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+        if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT,
+                    l.base(sec) + l.t->offset) < 0) {
+          err = ckpt_error(path, "dataset /" + std::string(kSections[sec]) + "/" + gt.name +
+                                     " cannot be read: its checksum does not match (the data is "
+                                     "damaged) or the file is truncated");
+        }
+      }
+    }
+  }
+  int adam_step = 0;
+  double lr = 0.0;
+  {
+    H5 optim(H5Gopen2(f, "/optim", H5P_DEFAULT), H5Gclose);
+    if (!err && (!optim.ok() || !read_attr(optim.get(), "adam_step", H5T_NATIVE_INT, adam_step) ||
+                 !read_attr(optim.get(), "lr", H5T_NATIVE_DOUBLE, lr))) {
+      err = ckpt_error(path, "the /optim attributes adam_step and lr are missing");
+    }
+  }
+  sets.clear();
+  agree(layout.world(), err);
+  for (auto& o : shards.opts) o->set_updates(adam_step);
+  st.step = static_cast<int>(step);
+  st.tokens_seen = tokens;
+  st.lr = lr;
+  return st;
+}
+
+bool resume(const RunConfig& cfg, const Layout& layout, Shards shards, TrainState& state,
+            std::string& from) {
+  if (!cfg.checkpoint.enabled || cfg.checkpoint.resume == "none") return false;
+  if (cfg.checkpoint.resume != "auto") {
+    state = read_checkpoint(cfg.checkpoint.resume, cfg, layout, shards);
+    from = cfg.checkpoint.resume;
+    return true;
+  }
+  // auto: what latest names first, then every published checkpoint, newest first
+  std::string list;
+  if (layout.rank() == 0) {
+    const fs::path dir = cfg.checkpoint.dir;
+    std::vector<std::string> cands;
+    std::ifstream latest(dir / "latest");
+    std::string name;
+    if (latest >> name) cands.push_back((dir / name).string());
+    for (const std::string& c : list_checkpoints(dir)) {
+      if (std::find(cands.begin(), cands.end(), c) == cands.end()) cands.push_back(c);
+    }
+    for (const std::string& c : cands) list += c + "\n";
+  }
+  int len = static_cast<int>(list.size());
+  PT_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, layout.world()));
+  list.resize(static_cast<std::size_t>(len));
+  PT_MPI(MPI_Bcast(list.data(), len, MPI_CHAR, 0, layout.world()));
+  std::istringstream in(list);
+  std::string cand;
+  int tried = 0;
+  while (std::getline(in, cand)) {
+    ++tried;
+    try {
+      state = read_checkpoint(cand, cfg, layout, shards);
+      from = cand;
+      return true;
+    } catch (const Error& e) {
+      if (e.code() != ExitCode::checkpoint) throw;
+      if (layout.rank() == 0) {
+        std::fprintf(stderr, "pipetrain: warning: %s; trying an older checkpoint\n", e.what());
+        std::fflush(stderr);
+      }
+    }
+  }
+  if (tried == 0) return false;
+  throw Error(ExitCode::checkpoint,
+              "checkpoint.resume = \"auto\": none of the " + std::to_string(tried) +
+                  " checkpoints in '" + cfg.checkpoint.dir +
+                  "' is usable (see the warnings above): move them away, or set "
+                  "checkpoint.resume = \"none\" to start afresh");
+}
+
+} // namespace pt

@@ -1,0 +1,50 @@
+// HDF5 checkpoints (DESIGN.md section 8, schema version 1): one file per checkpoint, written
+// collectively with parallel HDF5; every tensor is one dataset with its global shape, so any
+// layout (pp, dp, tp, partition) can read a checkpoint written by any other.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "model/gpt_stage.hpp"
+#include "optim/adamw.hpp"
+#include "parallel/layout.hpp"
+
+namespace pt {
+
+inline constexpr int kCheckpointSchema = 1;
+
+struct TrainState {
+  int step = 0; // optimizer steps completed
+  long long tokens_seen = 0;
+  double lr = 0.0; // the rate the last update used
+};
+
+// What a rank holds: its model chunks and their optimizers (chunks[c] <-> opts[c]).
+struct Shards {
+  std::vector<std::unique_ptr<GptStage>>& chunks;
+  std::vector<std::unique_ptr<AdamW>>& opts;
+};
+
+// Collective over layout.world(). Writes <dir>/step_%08d.h5 through a .partial file, renames it,
+// replaces <dir>/latest, then removes all but the newest checkpoint.keep checkpoints. Returns the
+// published path. Throws pt::Error(other) naming the file if it cannot be written.
+std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards shards,
+                             const std::vector<int>& partition, const TrainState& state);
+
+// Collective. Loads this rank's slices of the checkpoint at `path` into the shards. Checks the
+// format, schema version and every dataset's shape and type before reading; every chunk's
+// Fletcher32 checksum is verified while reading. Throws pt::Error(checkpoint) naming the file and
+// the problem.
+TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const Layout& layout,
+                           Shards shards);
+
+// Collective. Applies checkpoint.resume: "none" -> no resume (returns false); a path -> that file,
+// exit 3 if unusable; "auto" -> <dir>/latest, else the newest step_*.h5, falling back to older
+// ones (and saying so on rank 0) when one is unusable; no checkpoint at all -> false.
+bool resume(const RunConfig& cfg, const Layout& layout, Shards shards, TrainState& state,
+            std::string& from);
+
+} // namespace pt
