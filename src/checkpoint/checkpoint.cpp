@@ -3,6 +3,8 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -220,7 +222,13 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards 
 
     const ParamLayout whole = whole_layout(cfg.model);
     float dummy = 0.0f;
+    // test-only: PIPETRAIN_TEST_KILL_IN_CHECKPOINT=STEP kills the last rank mid-write (fault test)
+    const char* kill_at = std::getenv("PIPETRAIN_TEST_KILL_IN_CHECKPOINT");
     for (int sec = 0; sec < 3; ++sec) {
+      if (sec == 1 && kill_at != nullptr && std::atoi(kill_at) == state.step &&
+          layout.rank() == layout.size() - 1) {
+        std::raise(SIGKILL);
+      }
       for (const ParamTensor& gt : whole.tensors()) {
         const std::string name = std::string("/") + kSections[sec] + "/" + gt.name;
         const std::vector<hsize_t> g = dims_of(gt);

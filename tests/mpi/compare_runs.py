@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""compare_runs.py TOL A/metrics.jsonl B/metrics.jsonl
+"""compare_runs.py TOL A/metrics.jsonl B/metrics.jsonl[,B2/metrics.jsonl...]
 Passes when both runs logged the same steps and every step's loss agrees to relative TOL, and,
 when both logged final parameters, they agree: TOL = 0 demands identical bytes in every tensor
 (equal digests); otherwise every tensor's sum of squares agrees to relative TOL and so does the
@@ -28,7 +28,17 @@ def read(path):
     return losses, params
 
 
-(a, pa), (b, pb) = read(sys.argv[2]), read(sys.argv[3])
+def read_joined(paths):
+    # "part1.jsonl,part2.jsonl": a run continued from a checkpoint; the last part's parameters
+    losses, params = {}, None
+    for p in paths.split(","):
+        l, q = read(p)
+        losses.update(l)
+        params = q if q is not None else params
+    return losses, params
+
+
+(a, pa), (b, pb) = read_joined(sys.argv[2]), read_joined(sys.argv[3])
 if not a or sorted(a) != sorted(b):
     sys.exit(f"FAIL: steps differ: {sorted(a)[:5]}... vs {sorted(b)[:5]}...")
 worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)

@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""Checkpoint tests: real MPI runs of pipetrain writing and reading real parallel HDF5 files.
+
+  ckpt_tests.py --exe PIPETRAIN --launch "MPIEXEC -n" --data TOKENS --work DIR SCENARIO [ARGS]
+
+Scenarios (each exits 0 on success, prints what it compared):
+  bitexact PP,DP,TP     10 steps straight == 5 steps, stop (exit_after_steps), resume 5: identical
+                        losses and parameter bytes
+  reshard FROM TO       a step-5 checkpoint written by layout FROM continues on layout TO; losses
+                        and parameters within 1e-5 of the uninterrupted FROM run
+  damage KIND           truncate | flip | delete | schema | shape: the damaged checkpoint named by
+                        checkpoint.resume is refused with exit code 3 and the matching message
+  fallback              latest is damaged: resume = "auto" warns, resumes from the older one, and
+                        the losses match the straight run
+  kill                  kill -9 of a rank while step 10's checkpoint is written: the .partial file
+                        stays, latest still names step 5, resume = "auto" continues bit-exactly
+  sigterm               SIGTERM to the ranks mid-run: exit 0 with a checkpoint; resuming it gives
+                        the straight run's losses and parameters
+
+Needs Debian's python3-h5py (damage). Uses tests/mpi/compare_runs.py.
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMPARE = os.path.join(HERE, "..", "mpi", "compare_runs.py")
+DECK = os.path.join(HERE, "..", "..", "inputs", "pipeline-ci.toml")
+STEPS = 10
+
+
+def layout_args(lay):
+    pp, dp, tp = (int(x) for x in lay.split(","))
+    return pp * dp * tp, [f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.tp={tp}"]
+
+
+class Runner:
+    def __init__(self, a):
+        self.exe, self.launch, self.data, self.work = a.exe, a.launch.split(), a.data, a.work
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+
+    def cmd(self, lay, name, *extra, ckpt=None):
+        np, largs = layout_args(lay)
+        args = self.launch + [str(np), self.exe, DECK, f"data.path={self.data}", "model.n_head=4",
+                              f"train.steps={STEPS}", f"log.dir={self.work}/{name}"] + largs
+        if ckpt is not None:
+            args.append(f"checkpoint.dir={self.work}/{ckpt}")
+        return args + list(extra)
+
+    def run(self, lay, name, *extra, ckpt=None, expect=0, env=None):
+        args = self.cmd(lay, name, *extra, ckpt=ckpt)
+        p = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
+        out = p.stdout + p.stderr
+        if expect is not None and p.returncode != expect:
+            print(out[-3000:])
+            sys.exit(f"FAIL: {name}: exit code {p.returncode}, expected {expect}")
+        return out
+
+    def metrics(self, name):
+        return f"{self.work}/{name}/metrics.jsonl"
+
+    def compare(self, tol, a, b):
+        p = subprocess.run([sys.executable, COMPARE, str(tol), a, b], capture_output=True, text=True)
+        print(p.stdout.strip().split("\n")[-2:])
+        if p.returncode != 0:
+            print(p.stdout, p.stderr)
+            sys.exit(f"FAIL: runs differ ({a} vs {b}, tolerance {tol})")
+
+
+def expect_in(out, text):
+    if text not in out:
+        print(out[-3000:])
+        sys.exit(f"FAIL: output lacks: {text}")
+    print(f"found: {text}")
+
+
+def bitexact(r, lay):
+    r.run(lay, "straight", ckpt="a")
+    out = r.run(lay, "part1", "runtime.exit_after_steps=5", ckpt="b")
+    expect_in(out, "stopping after step 5 (runtime.exit_after_steps)")
+    out = r.run(lay, "part2", ckpt="b")
+    expect_in(out, "resumed from")
+    r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
+
+
+def reshard(r, src, dst):
+    r.run(src, "straight")
+    r.run(src, "part1", "runtime.exit_after_steps=5", ckpt="b")
+    out = r.run(dst, "part2", f"checkpoint.resume={r.work}/b/step_00000005.h5", ckpt="c")
+    expect_in(out, "resumed from")
+    r.compare(1e-5, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
+
+
+def damage(r, kind):
+    import h5py
+    r.run("1,1,1", "make", "runtime.exit_after_steps=5", ckpt="b")
+    path = f"{r.work}/b/step_00000005.h5"
+    extra = []
+    if kind == "truncate":
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.truncate(size // 2)
+        want = "cannot be opened as HDF5: truncated or damaged"
+    elif kind == "flip":
+        with h5py.File(path, "r") as f:
+            ds = f["model/h/001/mlp/fc/weight"]
+            offset = ds.id.get_chunk_info(0).byte_offset
+        with open(path, "r+b") as f:
+            f.seek(offset + 100)
+            b = f.read(1)
+            f.seek(offset + 100)
+            f.write(bytes([b[0] ^ 0x10]))
+        want = "dataset /model/h/001/mlp/fc/weight cannot be read: its checksum does not match"
+    elif kind == "delete":
+        with h5py.File(path, "r+") as f:
+            del f["optim/v/h/000/attn/qkv/bias"]
+        want = "dataset /optim/v/h/000/attn/qkv/bias is missing"
+    elif kind == "schema":
+        with h5py.File(path, "r+") as f:
+            f.attrs["schema_version"] = 2
+        want = "schema_version 2, this pipetrain reads 1"
+    elif kind == "shape":
+        extra = ["model.d_model=64"]
+        want = "dataset /model/wte has shape (256, 32) but the deck's model needs (256, 64)"
+    else:
+        sys.exit(f"unknown damage {kind}")
+    out = r.run("1,1,1", "load", f"checkpoint.resume={path}", *extra, ckpt="c", expect=3)
+    expect_in(out, f"checkpoint '{path}': {want}")
+
+
+def fallback(r):
+    import h5py
+    r.run("2,1,1", "straight")
+    r.run("2,1,1", "part1", "checkpoint.every=5", "runtime.exit_after_steps=7", ckpt="b")
+    # step 7's checkpoint is latest: damage it
+    with h5py.File(f"{r.work}/b/step_00000007.h5", "r+") as f:
+        del f["model/wte"]
+    out = r.run("2,1,1", "part2", ckpt="b")
+    expect_in(out, "step_00000007.h5': dataset /model/wte is missing; trying an older checkpoint")
+    expect_in(out, "resumed from " + f"{r.work}/b/step_00000005.h5")
+    r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
+
+
+def kill(r):
+    r.run("2,1,1", "straight")
+    r.run("2,1,1", "part1", "checkpoint.every=5", ckpt="b", expect=None,
+          env={"PIPETRAIN_TEST_KILL_IN_CHECKPOINT": "10"})
+    names = sorted(os.listdir(f"{r.work}/b"))
+    print("after the kill:", names)
+    if "step_00000010.h5.partial" not in names or "step_00000010.h5" in names:
+        sys.exit("FAIL: the killed write should leave only a .partial file for step 10")
+    with open(f"{r.work}/b/latest") as f:
+        if f.read().strip() != "step_00000005.h5":
+            sys.exit("FAIL: latest must still name step 5")
+    out = r.run("2,1,1", "part2", ckpt="b")
+    expect_in(out, "resumed from " + f"{r.work}/b/step_00000005.h5")
+    # part1 logged steps 1..10 before dying; its steps 6..10 are replaced by part2's
+    r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
+
+
+def sigterm(r):
+    global STEPS
+    STEPS = 3000  # long enough to be interrupted; the LR schedule follows it in every run
+    args = r.cmd("2,1,1", "part1", "log.every=1000", ckpt="b")
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = r.metrics("part1")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 3:
+            break
+        time.sleep(0.05)
+    # what Slurm's --signal does: the signal goes to the ranks themselves (not to the launcher)
+    for pid in subprocess.run(["pgrep", "-f", f"log.dir={r.work}/part1"], capture_output=True,
+                              text=True).stdout.split():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "pipetrain":
+                    os.kill(int(pid), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+    out, _ = p.communicate(timeout=120)
+    if p.returncode != 0:
+        print(out[-3000:])
+        sys.exit(f"FAIL: SIGTERM run exited {p.returncode}, expected 0")
+    expect_in(out, "(SIGTERM); restart with checkpoint.resume")
+    stopped = max(int(l.split('"step": ')[1].split(",")[0]) for l in open(metrics) if '"loss"' in l)
+    print(f"stopped after step {stopped}")
+    out = r.run("2,1,1", "part2", "runtime.exit_after_steps=5", ckpt="b")
+    expect_in(out, f"resumed from {r.work}/b/step_{stopped:08d}.h5")
+    r.run("2,1,1", "straight", f"runtime.exit_after_steps={stopped + 5}", ckpt="a")
+    r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--exe", required=True)
+    ap.add_argument("--launch", required=True, help='e.g. "mpiexec --oversubscribe -n"')
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("scenario")
+    ap.add_argument("args", nargs="*")
+    a = ap.parse_args()
+    r = Runner(a)
+    {"bitexact": lambda: bitexact(r, a.args[0]), "reshard": lambda: reshard(r, a.args[0], a.args[1]),
+     "damage": lambda: damage(r, a.args[0]), "fallback": lambda: fallback(r),
+     "kill": lambda: kill(r), "sigterm": lambda: sigterm(r)}[a.scenario]()
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
