@@ -279,8 +279,10 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   TrainState state;
   std::string from;
   Shards shards{chunks, opts};
+  const double t_resume = MPI_Wtime();
   if (resume(cfg, layout, shards, state, from) && root) {
-    std::printf("resumed from %s: %d of %d steps done\n", from.c_str(), state.step, t.steps);
+    std::printf("resumed from %s (read in %.2f s): %d of %d steps done\n", from.c_str(),
+                MPI_Wtime() - t_resume, state.step, t.steps);
     std::fflush(stdout);
   }
   const int first_step = state.step;
