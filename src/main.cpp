@@ -4,6 +4,9 @@
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
 
+#include <pthread.h>
+
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -86,6 +89,13 @@ int run(int argc, char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // SIGTERM and SIGUSR1 are collected by the trainer between steps (graceful stop); blocked here,
+  // before MPI and BLAS start threads, so every thread inherits the mask
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   MPI_Init(&argc, &argv);
   int code = 0;
   {

@@ -31,11 +31,18 @@
 namespace pt {
 namespace {
 
-// Set by SIGTERM / SIGUSR1 (what Slurm sends ahead of the time limit with --signal): finish the
-// step, checkpoint, exit 0. The one piece of process-global state, as signals demand.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal = sig;
+// SIGTERM / SIGUSR1 (what Slurm sends ahead of the time limit with --signal) ask the run to
+// finish the step, checkpoint and exit 0. main() blocks both in every thread before MPI starts;
+// they stay pending until this poll collects them after a step, so no handler ever runs inside
+// MPI, PMIx or BLAS code. Returns the signal, or 0.
+int poll_stop_signal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  const timespec zero{0, 0};
+  const int sig = sigtimedwait(&set, nullptr, &zero);
+  return sig > 0 ? sig : 0;
 }
 
 constexpr std::uint64_t kValidationStream = 0x76616c69646174ULL; // "validat": sampler stream
@@ -287,8 +294,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   }
   const int first_step = state.step;
   result.steps_done = first_step;
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGUSR1, on_stop_signal);
+  int stop_seen = 0;
   auto save = [&](int steps_done, double lr) {
     state.step = steps_done;
     state.tokens_seen = static_cast<long long>(steps_done) * t.global_batch * m.seq_len;
@@ -429,7 +435,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     }
 
     // checkpoints: every N steps, at the end, and when this run must stop early
-    int stop = g_stop_signal;
+    if (stop_seen == 0) stop_seen = poll_stop_signal();
+    int stop = stop_seen;
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, layout.world()));
     const int run_steps = step + 1 - first_step;
     const bool stop_here = stop != 0 || (cfg.runtime.exit_after_steps > 0 &&

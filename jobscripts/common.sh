@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Shared by the job scripts (source it; submit from the repository root).
+# run_and_requeue REQUEUE_CMD... -- LAUNCH_CMD...
+#   Runs LAUNCH_CMD (srun/yhrun/mpiexec pipetrain ...) and keeps its output. When pipetrain
+#   exited 0 with "stopped:" (a signal ahead of the time limit made it checkpoint and stop),
+#   runs REQUEUE_CMD so the job starts again and resumes from the newest checkpoint.
+#   Returns pipetrain's exit code otherwise (0 done; 2 bad input; 3 checkpoint; 4 non-finite;
+#   5 hang: none of these is requeued, they need a person).
+run_and_requeue() {
+  local requeue=()
+  while [[ $# -gt 0 && "$1" != "--" ]]; do
+    requeue+=("$1")
+    shift
+  done
+  shift
+  local log rc
+  log=$(mktemp)
+  set +e
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [[ $rc -eq 0 ]] && grep -q '^stopped:' "$log"; then
+    echo "== $(date -Is) stopped before the end of training: requeueing (${requeue[*]})"
+    rm -f "$log"
+    "${requeue[@]}"
+    return 0
+  fi
+  rm -f "$log"
+  return "$rc"
+}
+
+# usage_if_no_deck "$@": every script takes the deck first, then section.key=value overrides
+usage_if_no_deck() {
+  if [[ $# -lt 1 ]]; then
+    echo "usage: submit this script with: DECK [section.key=value ...]" >&2
+    exit 2
+  fi
+}

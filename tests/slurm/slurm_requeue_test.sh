@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# slurm_requeue_test.sh PIPETRAIN TOKENS WORKDIR
+# Starts a real one-node Slurm (slurmctld + slurmd + munge, notes/slurm-local.md) in WORKDIR and
+# submits jobscripts/slurm/cpu.sbatch with a 1-minute time limit and --signal=USR1@50, on a run
+# longer than that. Passes when the job was signalled, checkpointed, requeued itself, resumed,
+# completed, and its final loss equals an uninterrupted run's. Exit 77 (skipped) when Slurm or
+# munge is missing or does not come up.
+set -uo pipefail
+exe=$(readlink -f "$1")
+data=$(readlink -f "$2")
+work=$(readlink -m "$3")
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+for b in slurmctld slurmd sbatch scontrol sinfo munged; do
+  command -v "$b" >/dev/null || skip "$b is not installed (tools/setup-deps installs slurm-wlm and munge)"
+done
+[[ $(id -u) -eq 0 ]] || skip "this test runs Slurm daemons as root"
+
+rm -rf "$work"
+mkdir -p "$work"/{state,spool,log}
+host=$(hostname -s)
+export SLURM_CONF="$work/slurm.conf"
+cat >"$SLURM_CONF" <<CONF
+ClusterName=pipetrain-test
+SlurmctldHost=$host
+AuthType=auth/munge
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=16817
+SlurmdPort=16818
+StateSaveLocation=$work/state
+SlurmdSpoolDir=$work/spool
+SlurmctldPidFile=$work/slurmctld.pid
+SlurmdPidFile=$work/slurmd.pid
+SlurmctldLogFile=$work/log/slurmctld.log
+SlurmdLogFile=$work/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=pmix
+JobRequeue=1
+KillWait=30
+NodeName=$host CPUs=$(nproc) RealMemory=2000 State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+CONF
+
+started_munge=0
+if ! pgrep -x munged >/dev/null; then
+  mkdir -p /run/munge && chown munge: /run/munge 2>/dev/null
+  runuser -u munge -- munged 2>"$work/log/munged.err" || skip "munged does not start: $(cat "$work/log/munged.err")"
+  started_munge=1
+fi
+cleanup() {
+  [[ -f $work/slurmctld.pid ]] && kill "$(cat "$work/slurmctld.pid")" 2>/dev/null
+  [[ -f $work/slurmd.pid ]] && kill "$(cat "$work/slurmd.pid")" 2>/dev/null
+  [[ $started_munge -eq 1 ]] && pkill -x munged 2>/dev/null
+  true
+}
+trap cleanup EXIT
+slurmctld -f "$SLURM_CONF" || skip "slurmctld does not start"
+slurmd -f "$SLURM_CONF" || skip "slurmd does not start"
+for _ in $(seq 40); do
+  sinfo -h -o %T 2>/dev/null | grep -Eq '^(idle|mixed)' && break
+  sleep 0.5
+done
+sinfo -h -o %T 2>/dev/null | grep -Eq '^(idle|mixed)' || skip "the Slurm node did not become idle: $(sinfo 2>&1)"
+echo "Slurm is up: $(sinfo -h)"
+
+# about 45 s of training on 2 cores: Slurm signals a 1-minute job with --signal=USR1@50 at its
+# first time-limit check, well before the run can finish
+deck=(inputs/tiny.toml parallel.pp=1 "data.path=$data" train.steps=450 train.warmup_steps=20
+      data.val_path='""' data.val_every=0 log.every=100)
+echo "== uninterrupted run"
+tools/mpi-launch 2 "$exe" "${deck[@]}" "log.dir=$work/straight" >"$work/straight.out" 2>&1 ||
+  fail "the uninterrupted run failed: $(tail -5 "$work/straight.out")"
+want=$(grep -o 'final loss [0-9.]*' "$work/straight.out")
+
+echo "== sbatch jobscripts/slurm/cpu.sbatch, --time=1 --signal=USR1@50"
+job=$(PIPETRAIN="$exe" CKPT_DIR="$work/ckpt" sbatch --parsable --time=1 --signal=USR1@50 \
+  --nodes=1 --ntasks=2 --output="$work/job.out" jobscripts/slurm/cpu.sbatch \
+  "${deck[@]}" "log.dir=$work/slurm") || fail "sbatch failed"
+echo "job $job"
+for _ in $(seq 480); do
+  state=$(scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+  [[ $state == COMPLETED || $state == FAILED || $state == CANCELLED || $state == TIMEOUT ]] && break
+  # Slurm holds a requeued job for a while before it may start again; the test need not wait
+  [[ $state == PENDING ]] && scontrol update JobId="$job" StartTime=now >/dev/null 2>&1
+  sleep 1
+done
+scontrol show job "$job" | grep -E 'JobState|Restarts' || true
+echo "---- job output ----"
+grep -E '^== |^stopping|^stopped|^resumed|^checkpoint|^done|error' "$work/job.out" || true
+echo "--------------------"
+[[ $state == COMPLETED ]] || fail "job ended $state"
+grep -q 'stopping after step [0-9]* (SIGUSR1)' "$work/job.out" || fail "the job was never signalled"
+grep -q 'requeueing' "$work/job.out" || fail "the job did not requeue itself"
+grep -q '^resumed from' "$work/job.out" || fail "the requeued job did not resume from a checkpoint"
+got=$(grep -o 'final loss [0-9.]*' "$work/job.out" | tail -1)
+# the last step's loss as logged, all digits
+last() { grep -o '"step": 450, "loss": [0-9.]*' "$1/metrics.jsonl" | tail -1; }
+[[ -n "$(last "$work/slurm")" && "$(last "$work/slurm")" == "$(last "$work/straight")" ]] ||
+  fail "final loss differs: Slurm $(last "$work/slurm"), uninterrupted $(last "$work/straight")"
+echo "signal -> checkpoint -> requeue -> resume -> $got, as uninterrupted ($want)"
+echo "PASS"
