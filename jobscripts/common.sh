@@ -29,6 +29,13 @@ run_and_requeue() {
   return "$rc"
 }
 
+# Slurm may send the warning signal the moment a (requeued) job's tasks start, before pipetrain
+# has blocked it: tasks start through this wrapper, which ignores SIGUSR1 until pipetrain's main()
+# takes over (an ignored disposition survives exec). A signal lost that way only means the run
+# goes on until the next one, or until the SIGTERM at the time limit, which stops it the same way.
+# shellcheck disable=SC2034 # used by the job scripts that source this file
+PT_TASK_WRAPPER=(bash -c 'trap "" USR1; exec "$@"' pipetrain-task)
+
 # usage_if_no_deck "$@": every script takes the deck first, then section.key=value overrides
 usage_if_no_deck() {
   if [[ $# -lt 1 ]]; then

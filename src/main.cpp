@@ -96,6 +96,10 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // a launcher may have started us with them ignored (to survive an early signal before this
+  // point); ignored signals would be discarded, blocked ones stay pending for the trainer
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGUSR1, SIG_DFL);
   MPI_Init(&argc, &argv);
   int code = 0;
   {
