@@ -1,0 +1,56 @@
+// Tensor-parallel sharding: memory per rank and the shard -> whole-tensor index map.
+#include <gtest/gtest.h>
+
+#include "model/gpt_stage.hpp"
+namespace pt {
+namespace {
+
+TEST(TensorParallel, EmbeddingAndHeadMemoryFallsByTp) {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.d_model = 64;
+  m.seq_len = 32;
+  m.vocab_size = 256;
+  StageSpec whole;
+  whole.layer_end = m.n_layer;
+  std::size_t wte1 = 0, probs1 = 0, qkv1 = 0;
+  for (int tp : {1, 2, 4}) {
+    GptStage stage(m, whole, 2, TpGroup{MPI_COMM_NULL, tp - 1, tp});
+    const std::size_t wte = stage.layout().at("wte").size;
+    const std::size_t probs = stage.make_activations().probs.size();
+    const std::size_t qkv = stage.layout().at("h/000/attn/qkv/weight").size;
+    if (tp == 1) {
+      wte1 = wte;
+      probs1 = probs;
+      qkv1 = qkv;
+    }
+    EXPECT_EQ(wte * static_cast<std::size_t>(tp), wte1) << "tp " << tp;     // embedding/head rows
+    EXPECT_EQ(probs * static_cast<std::size_t>(tp), probs1) << "tp " << tp; // logits never whole
+    EXPECT_EQ(qkv * static_cast<std::size_t>(tp), qkv1) << "tp " << tp;
+    EXPECT_EQ(stage.layout().at("lnf/weight").size, 64u); // replicated
+  }
+}
+
+TEST(TensorParallel, ShardsMapToTheWholeTensor) {
+  // qkv rows of tp rank 1 of 2: its halves of q, k and v (C = 4: rows 2-3, 6-7, 10-11)
+  ModelConfig m;
+  m.n_layer = 1;
+  m.n_head = 2;
+  m.d_model = 4;
+  m.seq_len = 2;
+  m.vocab_size = 8;
+  const ParamLayout l(m, StageSpec{true, true, 0, 1}, 1, 2);
+  const ParamTensor& qkv = l.at("h/000/attn/qkv/weight"); // local (6, 4) of (12, 4)
+  EXPECT_EQ(l.global_index(qkv, 0), 2u * 4);
+  EXPECT_EQ(l.global_index(qkv, 2 * 4), 6u * 4);
+  EXPECT_EQ(l.global_index(qkv, 5 * 4 + 3), 11u * 4 + 3);
+  const ParamTensor& proj = l.at("h/000/attn/proj/weight"); // local (4, 2) of (4, 4): columns 2-3
+  EXPECT_EQ(l.global_index(proj, 0), 2u);
+  EXPECT_EQ(l.global_index(proj, 3), 1u * 4 + 3);
+  const ParamTensor& wte = l.at("wte"); // vocabulary rows 4-7
+  EXPECT_EQ(l.global_index(wte, 0), 4u * 4);
+}
+
+} // namespace
+} // namespace pt
