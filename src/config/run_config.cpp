@@ -393,9 +393,6 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
       static_cast<int>(r.get_int("runtime", "exit_after_steps", 0, 0, kBig));
 
   // ---- features that later issues bring ----
-  if (c.comm.allreduce != "auto" && c.comm.allreduce != "mpi") {
-    not_supported(r, "comm", "allreduce", "only \"auto\" and \"mpi\" (MPI_Allreduce) for now");
-  }
   if (c.log.trace) not_supported(r, "log", "trace", "Chrome traces come in a later release");
   // [checkpoint]: present (in the deck or as an override) means checkpointing is on
   c.checkpoint.enabled = root.get("checkpoint") != nullptr;

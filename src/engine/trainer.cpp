@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint.hpp"
+#include "comm/allreduce.hpp"
 #include "comm/watchdog.hpp"
 #include "cuda/device_query.hpp"
 #include "data/sampler.hpp"
@@ -113,14 +114,21 @@ BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
   return BlockCosts{t[0] / n, t[1] / n, t[2] / n};
 }
 
-// Sums gradients over a group in buckets of bucket_mb (0: one call).
-void allreduce_grads(float* g, std::size_t n, double bucket_mb, MPI_Comm comm, const Watchdog& wd,
-                     const char* what) {
+// Sums gradients over a group in buckets of bucket_mb (0: one call), with comm.allreduce's
+// algorithm: MPI_Allreduce under the hang watchdog, or one of comm/allreduce.hpp's.
+void allreduce_grads(float* g, std::size_t n, const CommConfig& cc, int node_size, MPI_Comm comm,
+                     const Watchdog& wd, const char* what) {
+  const AllreduceAlgo algo = allreduce_algo(cc.allreduce);
   const std::size_t bucket =
-      bucket_mb > 0 ? std::max<std::size_t>(1, static_cast<std::size_t>(bucket_mb * 262144.0)) : n;
+      cc.bucket_mb > 0 ? std::max<std::size_t>(1, static_cast<std::size_t>(cc.bucket_mb * 262144.0))
+                       : n;
   for (std::size_t off = 0; off < n; off += bucket) {
-    const int count = static_cast<int>(std::min(bucket, n - off));
-    wd.allreduce_sum(g + off, count, MPI_FLOAT, comm, what);
+    const std::size_t count = std::min(bucket, n - off);
+    if (algo == AllreduceAlgo::mpi) {
+      wd.allreduce_sum(g + off, static_cast<int>(count), MPI_FLOAT, comm, what);
+    } else {
+      allreduce_sum(g + off, count, comm, algo, node_size);
+    }
   }
 }
 
@@ -319,8 +327,10 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     for (auto& c : chunks) {
       c->fold_tied_head_grad();
       if (layout.dp() > 1) {
-        allreduce_grads(c->grads(), c->num_params(), cfg.comm.bucket_mb, layout.dp_comm(), watchdog,
-                        "the data-parallel gradient all-reduce");
+        // the dp group's ranks per node (a node holds ranks_on_node / (pp*tp) replicas of a stage)
+        const int dp_per_node = std::max(1, layout.ranks_on_node() / (layout.pp() * layout.tp()));
+        allreduce_grads(c->grads(), c->num_params(), cfg.comm, dp_per_node, layout.dp_comm(),
+                        watchdog, "the data-parallel gradient all-reduce");
       }
     }
     if (layout.embedding_comm() != MPI_COMM_NULL && m.tie_embeddings) {
