@@ -36,11 +36,12 @@ std::size_t chunk_begin(std::size_t n, int p, int k) {
 }
 
 // Ring: reduce-scatter then all-gather, p-1 steps each, neighbours only.
-void ring(float* buf, std::size_t n, const Comm& cm) {
+void ring(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp) {
   const int p = cm.size, r = cm.rank;
   if (p == 1 || n == 0) return;
   const int right = (r + 1) % p, left = (r + p - 1) % p;
-  std::vector<float> tmp(n / static_cast<std::size_t>(p) + 1);
+  if (tmp.size() < n / static_cast<std::size_t>(p) + 1)
+    tmp.resize(n / static_cast<std::size_t>(p) + 1);
   auto b = [&](int k) { return chunk_begin(n, p, ((k % p) + p) % p); };
   auto e = [&](int k) { return chunk_begin(n, p, ((k % p) + p) % p + 1); };
   for (int s = 0; s < p - 1; ++s) {
@@ -93,9 +94,9 @@ void unfold(float* buf, std::size_t n, const Comm& cm, int p2) {
   }
 }
 
-void recursive_doubling(float* buf, std::size_t n, const Comm& cm) {
+void recursive_doubling(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp) {
   if (cm.size == 1 || n == 0) return;
-  std::vector<float> tmp(n);
+  if (tmp.size() < n) tmp.resize(n);
   int p2 = 1;
   const int me = fold(buf, n, cm, p2, tmp);
   const int rem = cm.size - p2;
@@ -115,9 +116,9 @@ void recursive_doubling(float* buf, std::size_t n, const Comm& cm) {
 }
 
 // Rabenseifner: reduce-scatter by recursive halving, all-gather by recursive doubling.
-void rabenseifner(float* buf, std::size_t n, const Comm& cm) {
+void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp) {
   if (cm.size == 1 || n == 0) return;
-  std::vector<float> tmp(n);
+  if (tmp.size() < n) tmp.resize(n);
   int p2 = 1;
   const int me = fold(buf, n, cm, p2, tmp);
   const int rem = cm.size - p2;
@@ -154,9 +155,9 @@ void rabenseifner(float* buf, std::size_t n, const Comm& cm) {
 // Two levels: reduce-scatter inside groups of g consecutive ranks (ring), all-reduce of each
 // owned chunk across the groups (among ranks with the same position, rabenseifner), all-gather
 // inside the group. hierarchical: the groups are nodes; torus2d: the rows of a near-square grid.
-void two_level(float* buf, std::size_t n, const Comm& cm, int g) {
+void two_level(float* buf, std::size_t n, const Comm& cm, int g, std::vector<float>& tmp) {
   if (g <= 1 || g >= cm.size || cm.size % g != 0) {
-    rabenseifner(buf, n, cm);
+    rabenseifner(buf, n, cm, tmp);
     return;
   }
   MPI_Comm row, col;
@@ -166,7 +167,8 @@ void two_level(float* buf, std::size_t n, const Comm& cm, int g) {
   // reduce-scatter in the row: after it, position k owns chunk (k + 1) mod g of the row's sum
   const int p = r.size, k = r.rank;
   const int right = (k + 1) % p, left = (k + p - 1) % p;
-  std::vector<float> tmp(n / static_cast<std::size_t>(p) + 1);
+  if (tmp.size() < n / static_cast<std::size_t>(p) + 1)
+    tmp.resize(n / static_cast<std::size_t>(p) + 1);
   auto b = [&](int j) { return chunk_begin(n, p, ((j % p) + p) % p); };
   auto e = [&](int j) { return chunk_begin(n, p, ((j % p) + p) % p + 1); };
   for (int s = 0; s < p - 1; ++s) {
@@ -176,7 +178,7 @@ void two_level(float* buf, std::size_t n, const Comm& cm, int g) {
     add(buf + b(recv_k), tmp.data(), e(recv_k) - b(recv_k));
   }
   const int owned = k + 1;
-  rabenseifner(buf + b(owned), e(owned) - b(owned), c);
+  rabenseifner(buf + b(owned), e(owned) - b(owned), c, tmp);
   for (int s = 0; s < p - 1; ++s) {
     const int send_k = k - s + 1, recv_k = k - s;
     sendrecv(buf + b(send_k), e(send_k) - b(send_k), right, buf + b(recv_k), e(recv_k) - b(recv_k),
@@ -198,8 +200,11 @@ AllreduceAlgo allreduce_algo(const std::string& name) {
   throw std::invalid_argument("unknown all-reduce algorithm \"" + name + "\"");
 }
 
-void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo, int node_size) {
+void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo, int node_size,
+                   std::vector<float>* scratch) {
   const Comm cm(comm);
+  std::vector<float> local;
+  std::vector<float>& tmp = scratch != nullptr ? *scratch : local;
   switch (algo) {
   case AllreduceAlgo::mpi:
     if (n > 0) {
@@ -207,19 +212,19 @@ void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo,
     }
     return;
   case AllreduceAlgo::ring:
-    return ring(buf, n, cm);
+    return ring(buf, n, cm, tmp);
   case AllreduceAlgo::recursive_doubling:
-    return recursive_doubling(buf, n, cm);
+    return recursive_doubling(buf, n, cm, tmp);
   case AllreduceAlgo::rabenseifner:
-    return rabenseifner(buf, n, cm);
+    return rabenseifner(buf, n, cm, tmp);
   case AllreduceAlgo::hierarchical:
-    return two_level(buf, n, cm, node_size);
+    return two_level(buf, n, cm, node_size, tmp);
   case AllreduceAlgo::torus2d: {
     int rows = 1;
     for (int d = 1; d * d <= cm.size; ++d) {
       if (cm.size % d == 0) rows = d;
     }
-    return two_level(buf, n, cm, cm.size / rows);
+    return two_level(buf, n, cm, cm.size / rows, tmp);
   }
   }
 }

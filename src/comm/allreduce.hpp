@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace pt {
 
@@ -23,6 +24,9 @@ AllreduceAlgo allreduce_algo(const std::string& name);
 
 // In-place sum of n floats over comm. node_size: ranks per node for the hierarchical algorithm
 // (consecutive ranks form a node; 0 or not dividing the size: falls back to rabenseifner).
-void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo, int node_size = 0);
+// scratch: a buffer the caller keeps between calls (grown as needed), so large reductions do
+// not allocate and fault in fresh memory each time; null: a temporary one.
+void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo, int node_size = 0,
+                   std::vector<float>* scratch = nullptr);
 
 } // namespace pt

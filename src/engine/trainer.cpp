@@ -119,6 +119,7 @@ BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
 void allreduce_grads(float* g, std::size_t n, const CommConfig& cc, int node_size, MPI_Comm comm,
                      const Watchdog& wd, const char* what) {
   const AllreduceAlgo algo = allreduce_algo(cc.allreduce);
+  thread_local std::vector<float> scratch; // reused across steps: no per-step allocation
   const std::size_t bucket =
       cc.bucket_mb > 0 ? std::max<std::size_t>(1, static_cast<std::size_t>(cc.bucket_mb * 262144.0))
                        : n;
@@ -127,7 +128,7 @@ void allreduce_grads(float* g, std::size_t n, const CommConfig& cc, int node_siz
     if (algo == AllreduceAlgo::mpi) {
       wd.allreduce_sum(g + off, static_cast<int>(count), MPI_FLOAT, comm, what);
     } else {
-      allreduce_sum(g + off, count, comm, algo, node_size);
+      allreduce_sum(g + off, count, comm, algo, node_size, &scratch);
     }
   }
 }
