@@ -35,26 +35,49 @@ std::size_t chunk_begin(std::size_t n, int p, int k) {
          std::min<std::size_t>(static_cast<std::size_t>(k), n % static_cast<std::size_t>(p));
 }
 
-// Ring: reduce-scatter then all-gather, p-1 steps each, neighbours only.
-void ring(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp) {
+// Chunk k (taken mod p) of n floats split over p ranks: [begin, end).
+std::size_t ring_begin(std::size_t n, int p, int k) {
+  return chunk_begin(n, p, ((k % p) + p) % p);
+}
+std::size_t ring_end(std::size_t n, int p, int k) {
+  return chunk_begin(n, p, ((k % p) + p) % p + 1);
+}
+
+// Ring reduce-scatter, p-1 steps with neighbours: afterwards rank r holds the full sum of chunk
+// (r + 1) mod p. Returns that chunk's index.
+int ring_reduce_scatter(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp) {
   const int p = cm.size, r = cm.rank;
-  if (p == 1 || n == 0) return;
   const int right = (r + 1) % p, left = (r + p - 1) % p;
-  if (tmp.size() < n / static_cast<std::size_t>(p) + 1)
+  if (tmp.size() < n / static_cast<std::size_t>(p) + 1) {
     tmp.resize(n / static_cast<std::size_t>(p) + 1);
-  auto b = [&](int k) { return chunk_begin(n, p, ((k % p) + p) % p); };
-  auto e = [&](int k) { return chunk_begin(n, p, ((k % p) + p) % p + 1); };
+  }
   for (int s = 0; s < p - 1; ++s) {
     const int send_k = r - s, recv_k = r - s - 1;
-    sendrecv(buf + b(send_k), e(send_k) - b(send_k), right, tmp.data(), e(recv_k) - b(recv_k), left,
-             cm.c);
-    add(buf + b(recv_k), tmp.data(), e(recv_k) - b(recv_k));
+    const std::size_t sb = ring_begin(n, p, send_k), rb = ring_begin(n, p, recv_k);
+    const std::size_t rn = ring_end(n, p, recv_k) - rb;
+    sendrecv(buf + sb, ring_end(n, p, send_k) - sb, right, tmp.data(), rn, left, cm.c);
+    add(buf + rb, tmp.data(), rn);
   }
+  return (r + 1) % p;
+}
+
+// Ring all-gather after ring_reduce_scatter: every rank ends with every chunk.
+void ring_all_gather(float* buf, std::size_t n, const Comm& cm) {
+  const int p = cm.size, r = cm.rank;
+  const int right = (r + 1) % p, left = (r + p - 1) % p;
   for (int s = 0; s < p - 1; ++s) {
     const int send_k = r - s + 1, recv_k = r - s;
-    sendrecv(buf + b(send_k), e(send_k) - b(send_k), right, buf + b(recv_k), e(recv_k) - b(recv_k),
+    const std::size_t sb = ring_begin(n, p, send_k), rb = ring_begin(n, p, recv_k);
+    sendrecv(buf + sb, ring_end(n, p, send_k) - sb, right, buf + rb, ring_end(n, p, recv_k) - rb,
              left, cm.c);
   }
+}
+
+// Ring: reduce-scatter then all-gather, p-1 steps each, neighbours only.
+void ring(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp) {
+  if (cm.size == 1 || n == 0) return;
+  ring_reduce_scatter(buf, n, cm, tmp);
+  ring_all_gather(buf, n, cm);
 }
 
 // Folds a non-power-of-two group to p2 = 2^floor(log2 p) ranks: among the first 2r ranks the
@@ -164,26 +187,11 @@ void two_level(float* buf, std::size_t n, const Comm& cm, int g, std::vector<flo
   PT_MPI(MPI_Comm_split(cm.c, cm.rank / g, cm.rank, &row));
   PT_MPI(MPI_Comm_split(cm.c, cm.rank % g, cm.rank, &col));
   const Comm r(row), c(col);
-  // reduce-scatter in the row: after it, position k owns chunk (k + 1) mod g of the row's sum
-  const int p = r.size, k = r.rank;
-  const int right = (k + 1) % p, left = (k + p - 1) % p;
-  if (tmp.size() < n / static_cast<std::size_t>(p) + 1)
-    tmp.resize(n / static_cast<std::size_t>(p) + 1);
-  auto b = [&](int j) { return chunk_begin(n, p, ((j % p) + p) % p); };
-  auto e = [&](int j) { return chunk_begin(n, p, ((j % p) + p) % p + 1); };
-  for (int s = 0; s < p - 1; ++s) {
-    const int send_k = k - s, recv_k = k - s - 1;
-    sendrecv(buf + b(send_k), e(send_k) - b(send_k), right, tmp.data(), e(recv_k) - b(recv_k), left,
-             r.c);
-    add(buf + b(recv_k), tmp.data(), e(recv_k) - b(recv_k));
-  }
-  const int owned = k + 1;
-  rabenseifner(buf + b(owned), e(owned) - b(owned), c, tmp);
-  for (int s = 0; s < p - 1; ++s) {
-    const int send_k = k - s + 1, recv_k = k - s;
-    sendrecv(buf + b(send_k), e(send_k) - b(send_k), right, buf + b(recv_k), e(recv_k) - b(recv_k),
-             left, r.c);
-  }
+  // reduce-scatter in the row, all-reduce each owned chunk down the column, all-gather the row
+  const int owned = ring_reduce_scatter(buf, n, r, tmp);
+  const std::size_t ob = ring_begin(n, r.size, owned);
+  rabenseifner(buf + ob, ring_end(n, r.size, owned) - ob, c, tmp);
+  ring_all_gather(buf, n, r);
   MPI_Comm_free(&row);
   MPI_Comm_free(&col);
 }
