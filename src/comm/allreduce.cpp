@@ -117,13 +117,22 @@ void unfold(float* buf, std::size_t n, const Comm& cm, int p2) {
   }
 }
 
-void recursive_doubling(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp) {
+// Runs a power-of-two algorithm body(me, p2, rem) on any group size: folds the group to
+// p2 = 2^floor(log2 p) ranks first (me = rank in the folded group; ranks that sit out skip the
+// body) and gives the result back to the ranks that sat out afterwards.
+template <class Body>
+void on_power_of_two(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp,
+                     Body&& body) {
   if (cm.size == 1 || n == 0) return;
   if (tmp.size() < n) tmp.resize(n);
   int p2 = 1;
   const int me = fold(buf, n, cm, p2, tmp);
-  const int rem = cm.size - p2;
-  if (me >= 0) {
+  if (me >= 0) body(me, p2, cm.size - p2);
+  unfold(buf, n, cm, p2);
+}
+
+void recursive_doubling(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp) {
+  on_power_of_two(buf, n, cm, tmp, [&](int me, int p2, int rem) {
     for (int mask = 1; mask < p2; mask <<= 1) {
       const int partner = unfold_rank(me ^ mask, rem);
       sendrecv(buf, n, partner, tmp.data(), n, partner, cm.c);
@@ -134,18 +143,12 @@ void recursive_doubling(float* buf, std::size_t n, const Comm& cm, std::vector<f
         for (std::size_t i = 0; i < n; ++i) buf[i] = tmp[i] + buf[i];
       }
     }
-  }
-  unfold(buf, n, cm, p2);
+  });
 }
 
 // Rabenseifner: reduce-scatter by recursive halving, all-gather by recursive doubling.
 void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>& tmp) {
-  if (cm.size == 1 || n == 0) return;
-  if (tmp.size() < n) tmp.resize(n);
-  int p2 = 1;
-  const int me = fold(buf, n, cm, p2, tmp);
-  const int rem = cm.size - p2;
-  if (me >= 0) {
+  on_power_of_two(buf, n, cm, tmp, [&](int me, int p2, int rem) {
     int lo = 0, hi = p2; // my chunk range [lo, hi) of p2 chunks
     for (int mask = p2 / 2; mask >= 1; mask >>= 1) {
       const int partner = unfold_rank(me ^ mask, rem);
@@ -171,8 +174,7 @@ void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>&
       lo = low ? lo : olo;
       hi = low ? ohi : hi;
     }
-  }
-  unfold(buf, n, cm, p2);
+  });
 }
 
 // Two levels: reduce-scatter inside groups of g consecutive ranks (ring), all-reduce of each
