@@ -100,7 +100,9 @@ int main(int argc, char** argv) {
   // point); ignored signals would be discarded, blocked ones stay pending for the trainer
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGUSR1, SIG_DFL);
-  MPI_Init(&argc, &argv);
+  // comm.overlap = "thread" reduces gradients from a second thread
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int code = 0;
   {
     Kokkos::ScopeGuard kokkos(argc, argv);

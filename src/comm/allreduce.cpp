@@ -1,8 +1,11 @@
 #include "comm/allreduce.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
+#include "comm/watchdog.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
@@ -177,66 +180,192 @@ void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>&
   });
 }
 
-// Two levels: reduce-scatter inside groups of g consecutive ranks (ring), all-reduce of each
-// owned chunk across the groups (among ranks with the same position, rabenseifner), all-gather
-// inside the group. hierarchical: the groups are nodes; torus2d: the rows of a near-square grid.
-void two_level(float* buf, std::size_t n, const Comm& cm, int g, std::vector<float>& tmp) {
-  if (g <= 1 || g >= cm.size || cm.size % g != 0) {
-    rabenseifner(buf, n, cm, tmp);
-    return;
+// Columns of the near-square grid torus2d uses: the largest divisor rows <= sqrt(p), p / rows.
+int grid_columns(int p) {
+  int rows = 1;
+  for (int d = 1; d * d <= p; ++d) {
+    if (p % d == 0) rows = d;
   }
-  MPI_Comm row, col;
-  PT_MPI(MPI_Comm_split(cm.c, cm.rank / g, cm.rank, &row));
-  PT_MPI(MPI_Comm_split(cm.c, cm.rank % g, cm.rank, &col));
-  const Comm r(row), c(col);
-  // reduce-scatter in the row, all-reduce each owned chunk down the column, all-gather the row
-  const int owned = ring_reduce_scatter(buf, n, r, tmp);
-  const std::size_t ob = ring_begin(n, r.size, owned);
-  rabenseifner(buf + ob, ring_end(n, r.size, owned) - ob, c, tmp);
-  ring_all_gather(buf, n, r);
-  MPI_Comm_free(&row);
-  MPI_Comm_free(&col);
+  return p / rows;
 }
+
+// Floats per rank in the node's shared window: longer messages go through it in segments.
+constexpr std::size_t kShmSegment = std::size_t{1} << 20;
 
 } // namespace
 
-AllreduceAlgo allreduce_algo(const std::string& name) {
-  if (name == "mpi" || name == "auto") return AllreduceAlgo::mpi;
-  if (name == "ring") return AllreduceAlgo::ring;
-  if (name == "recursive-doubling") return AllreduceAlgo::recursive_doubling;
-  if (name == "rabenseifner") return AllreduceAlgo::rabenseifner;
-  if (name == "hierarchical") return AllreduceAlgo::hierarchical;
-  if (name == "torus2d") return AllreduceAlgo::torus2d;
+std::optional<AllreduceAlgo> parse_allreduce(const std::string& name) {
+  if (name == "auto") return std::nullopt;
+  for (AllreduceAlgo a : {AllreduceAlgo::mpi, AllreduceAlgo::ring, AllreduceAlgo::recursive_doubling,
+                          AllreduceAlgo::rabenseifner, AllreduceAlgo::hierarchical,
+                          AllreduceAlgo::torus2d}) {
+    if (name == algorithm_name(a)) return a;
+  }
   throw std::invalid_argument("unknown all-reduce algorithm \"" + name + "\"");
 }
 
-void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo, int node_size,
-                   std::vector<float>* scratch) {
-  const Comm cm(comm);
-  std::vector<float> local;
-  std::vector<float>& tmp = scratch != nullptr ? *scratch : local;
-  switch (algo) {
+// Two levels over rows of c consecutive ranks and the columns across them. When a row's ranks
+// share memory (hierarchical's node), the row steps go through one MPI-3 shared window.
+struct Allreducer::Groups {
+  MPI_Comm row = MPI_COMM_NULL, col = MPI_COMM_NULL;
+  bool shared = false; // the row's ranks share memory
+  MPI_Win win = MPI_WIN_NULL;
+  std::size_t win_floats = 0;   // per rank
+  std::vector<float*> slot;     // every row rank's part of the window
+};
+
+Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt) : comm_(comm), opt_(std::move(opt)) {
+  PT_MPI(MPI_Comm_rank(comm_, &rank_));
+  PT_MPI(MPI_Comm_size(comm_, &size_));
+}
+
+Allreducer::~Allreducer() {
+  for (auto& [c, g] : groups_) {
+    if (g->win != MPI_WIN_NULL) {
+      MPI_Win_unlock_all(g->win);
+      MPI_Win_free(&g->win);
+    }
+    if (g->row != MPI_COMM_NULL) MPI_Comm_free(&g->row);
+    if (g->col != MPI_COMM_NULL) MPI_Comm_free(&g->col);
+    delete g;
+  }
+}
+
+AllreduceAlgo Allreducer::algorithm_for(std::size_t n) const {
+  if (opt_.algo) return *opt_.algo;
+  if (n != last_n_) {
+    last_algo_ = choose_algorithm(static_cast<double>(n) * sizeof(float), size_, opt_.node_size,
+                                  opt_.topology);
+    last_n_ = n;
+  }
+  return last_algo_;
+}
+
+Allreducer::Groups& Allreducer::groups(int c) {
+  auto it = groups_.find(c);
+  if (it != groups_.end()) return *it->second;
+  auto* g = new Groups;
+  groups_[c] = g;
+  PT_MPI(MPI_Comm_split(comm_, rank_ / c, rank_, &g->row));
+  PT_MPI(MPI_Comm_split(comm_, rank_ % c, rank_, &g->col));
+  if (opt_.shared_memory) {
+    MPI_Comm sh;
+    PT_MPI(MPI_Comm_split_type(g->row, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &sh));
+    int sh_size = 0;
+    PT_MPI(MPI_Comm_size(sh, &sh_size));
+    PT_MPI(MPI_Comm_free(&sh));
+    g->shared = sh_size == c;
+  }
+  return *g;
+}
+
+// Node-local reduce-scatter and all-gather through the shared window, per segment of at most
+// kShmSegment floats: every rank copies its segment in; rank k sums chunk k over all ranks'
+// copies in rank order (the same bytes wherever it is computed), all-reduces it across the
+// column, and writes it into rank 0's copy; every rank copies the result out.
+void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
+  const Comm row(g.row), col(g.col);
+  const std::size_t want = std::min(n, kShmSegment);
+  if (g.win_floats < want) { // every row rank asks for the same size: a collective regrowth
+    if (g.win != MPI_WIN_NULL) {
+      PT_MPI(MPI_Win_unlock_all(g.win));
+      PT_MPI(MPI_Win_free(&g.win));
+    }
+    MPI_Info info;
+    PT_MPI(MPI_Info_create(&info));
+    PT_MPI(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
+    float* base = nullptr;
+    PT_MPI(MPI_Win_allocate_shared(static_cast<MPI_Aint>(want * sizeof(float)), sizeof(float),
+                                   info, g.row, &base, &g.win));
+    PT_MPI(MPI_Info_free(&info));
+    g.slot.assign(static_cast<std::size_t>(row.size), nullptr);
+    for (int r = 0; r < row.size; ++r) {
+      MPI_Aint bytes = 0;
+      int unit = 0;
+      PT_MPI(MPI_Win_shared_query(g.win, r, &bytes, &unit, &g.slot[static_cast<std::size_t>(r)]));
+    }
+    PT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, g.win));
+    g.win_floats = want;
+  }
+  auto sync = [&] { // make every rank's stores visible to the others
+    PT_MPI(MPI_Win_sync(g.win));
+    PT_MPI(MPI_Barrier(g.row));
+    PT_MPI(MPI_Win_sync(g.win));
+  };
+  const int q = row.size, me = row.rank;
+  if (tmp_.size() < want / static_cast<std::size_t>(q) + 1) {
+    tmp_.resize(want / static_cast<std::size_t>(q) + 1);
+  }
+  for (std::size_t off = 0; off < n; off += want) {
+    const std::size_t w = std::min(want, n - off);
+    std::memcpy(g.slot[static_cast<std::size_t>(me)], buf + off, w * sizeof(float));
+    sync();
+    const std::size_t b = chunk_begin(w, q, me), e = chunk_begin(w, q, me + 1);
+    float* acc = tmp_.data();
+    std::memcpy(acc, g.slot[0] + b, (e - b) * sizeof(float));
+    for (int r = 1; r < q; ++r) add(acc, g.slot[static_cast<std::size_t>(r)] + b, e - b);
+    if (col.size > 1) rabenseifner(acc, e - b, col, tmp2_);
+    std::memcpy(g.slot[0] + b, acc, (e - b) * sizeof(float));
+    sync();
+    std::memcpy(buf + off, g.slot[0], w * sizeof(float));
+    sync(); // nobody overwrites the window before everyone has read it
+  }
+}
+
+// Reduce-scatter inside rows of c consecutive ranks (ring, or the shared window), all-reduce of
+// each owned chunk down the column (among ranks at the same position, Rabenseifner), all-gather
+// inside the row. hierarchical: the rows are nodes (node_local: through the window when they
+// share memory); torus2d: the rows of a near-square grid, always by messages.
+void Allreducer::two_level(float* buf, std::size_t n, int c, bool node_local) {
+  const Comm world(comm_);
+  if (c <= 1 || c > size_ || size_ % c != 0) {
+    rabenseifner(buf, n, world, tmp_);
+    return;
+  }
+  Groups& g = groups(c);
+  if (node_local && g.shared) {
+    used_shm_ = true;
+    shm_two_level(buf, n, g);
+    return;
+  }
+  const Comm row(g.row), col(g.col);
+  const int owned = ring_reduce_scatter(buf, n, row, tmp_);
+  const std::size_t ob = ring_begin(n, row.size, owned);
+  if (col.size > 1) rabenseifner(buf + ob, ring_end(n, row.size, owned) - ob, col, tmp_);
+  ring_all_gather(buf, n, row);
+}
+
+void Allreducer::sum(float* buf, std::size_t n) {
+  if (size_ == 1 || n == 0) return;
+  const Comm cm(comm_);
+  switch (algorithm_for(n)) {
   case AllreduceAlgo::mpi:
-    if (n > 0) {
-      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm));
+    if (opt_.watchdog != nullptr) {
+      opt_.watchdog->allreduce_sum(buf, static_cast<int>(n), MPI_FLOAT, comm_, opt_.what);
+    } else {
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_));
     }
     return;
   case AllreduceAlgo::ring:
-    return ring(buf, n, cm, tmp);
+    return ring(buf, n, cm, tmp_);
   case AllreduceAlgo::recursive_doubling:
-    return recursive_doubling(buf, n, cm, tmp);
+    return recursive_doubling(buf, n, cm, tmp_);
   case AllreduceAlgo::rabenseifner:
-    return rabenseifner(buf, n, cm, tmp);
+    return rabenseifner(buf, n, cm, tmp_);
   case AllreduceAlgo::hierarchical:
-    return two_level(buf, n, cm, node_size, tmp);
+    return two_level(buf, n, opt_.node_size, true);
   case AllreduceAlgo::torus2d: {
-    int rows = 1;
-    for (int d = 1; d * d <= cm.size; ++d) {
-      if (cm.size % d == 0) rows = d;
-    }
-    return two_level(buf, n, cm, cm.size / rows, tmp);
+    const int c = grid_columns(size_);
+    return two_level(buf, n, c >= size_ ? 0 : c, false);
   }
   }
+}
+
+void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo, int node_size) {
+  AllreduceOptions opt;
+  opt.algo = algo;
+  opt.node_size = node_size;
+  Allreducer(comm, opt).sum(buf, n);
 }
 
 } // namespace pt

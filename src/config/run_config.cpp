@@ -28,7 +28,7 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
         "grad_clip", "beta1", "beta2", "eps", "seed"}},
       {"data", {"path", "val_path", "val_every", "val_batches"}},
       {"checkpoint", {"dir", "every", "keep", "resume"}},
-      {"comm", {"allreduce", "topology", "bucket_mb", "ranks_per_node"}},
+      {"comm", {"allreduce", "topology", "calibration", "bucket_mb", "overlap", "ranks_per_node"}},
       {"device", {"kind", "blas_threads"}},
       {"log", {"every", "dir", "trace"}},
       {"runtime", {"hang_timeout_s", "deterministic", "exit_after_steps"}},
@@ -377,7 +377,21 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.comm.allreduce = r.get_string(
       "comm", "allreduce", "auto",
       {"auto", "mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical", "torus2d"});
-  c.comm.topology = r.get_string("comm", "topology", "auto", {"auto", "fat-tree", "torus"});
+  c.comm.topology =
+      r.get_string("comm", "topology", "auto", {"auto", "flat", "fat-tree", "tianhe"});
+  c.comm.calibration = r.get_string("comm", "calibration", "");
+  if (!c.comm.calibration.empty() && c.comm.topology != "auto") {
+    r.fail("comm", "calibration",
+           "is given together with comm.topology = \"" + c.comm.topology +
+               "\": the calibration file replaces the preset; remove one of the two");
+  }
+  c.comm.overlap = r.get_string("comm", "overlap", "none", {"none", "thread", "poll"});
+  if (c.comm.overlap == "poll" && c.comm.allreduce != "mpi" && c.comm.allreduce != "auto") {
+    r.fail("comm", "overlap",
+           "= \"poll\" reduces with MPI_Iallreduce, the library's non-blocking all-reduce, "
+           "so it cannot run comm.allreduce = \"" +
+               c.comm.allreduce + "\"; use comm.overlap = \"thread\" for that algorithm");
+  }
   c.comm.bucket_mb = r.get_double("comm", "bucket_mb", 25.0, 0.0, 65536.0);
   c.comm.ranks_per_node = static_cast<int>(r.get_int("comm", "ranks_per_node", 0, 0, 1 << 20));
 

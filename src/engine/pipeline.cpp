@@ -41,6 +41,12 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
                       std::to_string(max_tag) + " > MPI_TAG_UB " + std::to_string(*tag_ub) +
                       "): use fewer, larger micro-batches");
   }
+  last_weight_action_.assign(static_cast<std::size_t>(v_), actions_.size());
+  for (std::size_t i = 0; i < actions_.size(); ++i) {
+    if (actions_[i].op == Op::B || actions_[i].op == Op::BW) {
+      last_weight_action_[static_cast<std::size_t>(actions_[i].chunk)] = i;
+    }
+  }
   const char* drop = std::getenv("PIPETRAIN_TEST_DROP_SEND");
   drop_first_send_ = drop != nullptr && std::strcmp(drop, "1") == 0 && me_ == 0;
 }
@@ -133,9 +139,16 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
     act_send_req.erase(it);
   };
 
-  for (const Action& a : actions_) {
+  for (std::size_t ai = 0; ai < actions_.size(); ++ai) {
+    const Action& a = actions_[ai];
     GptStage& stage = *chunks_[static_cast<std::size_t>(a.chunk)];
     const int st = sched_.stage_of(me_, a.chunk);
+    GradSync* sync = a.chunk < static_cast<int>(sync_.size())
+                         ? sync_[static_cast<std::size_t>(a.chunk)]
+                         : nullptr;
+    // the chunk's last weight-gradient action: its layers' gradients become final one by one
+    const bool hook = sync != nullptr && ai == last_weight_action_[static_cast<std::size_t>(a.chunk)];
+    if (hook) stage.set_weight_grad_hook([sync](int layer) { sync->layer_done(layer); });
     switch (a.op) {
     case Op::RECV_ACT:
     case Op::RECV_GRAD:
@@ -209,6 +222,10 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
       grad_send_req.push_back(req);
       break;
     }
+    }
+    if (hook) stage.set_weight_grad_hook({});
+    for (GradSync* g : sync_) {
+      if (g != nullptr) g->poll();
     }
   }
   for (auto& [k, req] : act_send_req) {

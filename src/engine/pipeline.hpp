@@ -12,6 +12,7 @@
 #include "comm/watchdog.hpp"
 #include "config/run_config.hpp"
 #include "data/sampler.hpp"
+#include "engine/grad_sync.hpp"
 #include "model/gpt_stage.hpp"
 #include "parallel/layout.hpp"
 #include "schedule/schedule.hpp"
@@ -40,6 +41,10 @@ public:
   // Forward only over `batches` micro-batches drawn from `sampler` (validation), the batches split
   // over data-parallel replicas. Returns the mean loss on every rank.
   double evaluate(const Sampler& sampler, int batches);
+
+  // Per chunk (null: none): told when the step's last backward of that chunk has finished a
+  // layer's weight gradients, and polled between actions (comm.overlap).
+  void set_grad_sync(std::vector<GradSync*> sync) { sync_ = std::move(sync); }
 
   // Bytes of the activation slots allocated so far (their number follows the schedule's peak).
   std::size_t activation_bytes() const;
@@ -74,6 +79,8 @@ private:
   // one buffer per receive and per gradient send of the list (N*C floats each)
   std::map<std::tuple<int, int, int>, FloatBuffer> recv_buf_; // (dir, mb, chunk)
   std::map<Key, FloatBuffer> grad_send_buf_;
+  std::vector<GradSync*> sync_;
+  std::vector<std::size_t> last_weight_action_; // per chunk: its last B or BW in actions_
   bool drop_first_send_ = false; // test-only: PIPETRAIN_TEST_DROP_SEND=1 (watchdog test)
 };
 

@@ -17,6 +17,7 @@
 #include "cuda/device_query.hpp"
 #include "data/sampler.hpp"
 #include "data/token_file.hpp"
+#include "engine/grad_sync.hpp"
 #include "engine/pipeline.hpp"
 #include "model/gpt_stage.hpp"
 #include "model/partition.hpp"
@@ -114,23 +115,63 @@ BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
   return BlockCosts{t[0] / n, t[1] / n, t[2] / n};
 }
 
-// Sums gradients over a group in buckets of bucket_mb (0: one call), with comm.allreduce's
-// algorithm: MPI_Allreduce under the hang watchdog, or one of comm/allreduce.hpp's.
-void allreduce_grads(float* g, std::size_t n, const CommConfig& cc, int node_size, MPI_Comm comm,
-                     const Watchdog& wd, const char* what) {
-  const AllreduceAlgo algo = allreduce_algo(cc.allreduce);
-  thread_local std::vector<float> scratch; // reused across steps: no per-step allocation
-  const std::size_t bucket =
-      cc.bucket_mb > 0 ? std::max<std::size_t>(1, static_cast<std::size_t>(cc.bucket_mb * 262144.0))
-                       : n;
-  for (std::size_t off = 0; off < n; off += bucket) {
-    const std::size_t count = std::min(bucket, n - off);
-    if (algo == AllreduceAlgo::mpi) {
-      wd.allreduce_sum(g + off, static_cast<int>(count), MPI_FLOAT, comm, what);
-    } else {
-      allreduce_sum(g + off, count, comm, algo, node_size, &scratch);
+// The data-parallel gradient reduction of each chunk (none without data parallelism): buckets,
+// algorithm, topology model and overlap mode from [comm]; prints the choice on rank 0.
+std::vector<std::unique_ptr<GradSync>> make_grad_syncs(
+    const RunConfig& cfg, const Layout& layout, std::vector<std::unique_ptr<GptStage>>& chunks,
+    const Watchdog& watchdog) {
+  std::vector<std::unique_ptr<GradSync>> syncs;
+  if (layout.dp() < 2) return syncs;
+  const CommConfig& cc = cfg.comm;
+  if (cc.overlap == "thread") {
+    int provided = MPI_THREAD_SINGLE;
+    PT_MPI(MPI_Query_thread(&provided));
+    if (provided < MPI_THREAD_MULTIPLE) {
+      throw input_error("comm.overlap = \"thread\" needs an MPI library with "
+                        "MPI_THREAD_MULTIPLE, and this one provides level " +
+                        std::to_string(provided) +
+                        ".\n---> HINT: use comm.overlap = \"poll\" or \"none\"");
     }
   }
+  AllreduceOptions opt;
+  opt.algo = parse_allreduce(cc.allreduce);
+  // the dp group's ranks per node (a node holds ranks_on_node / (pp*tp) replicas of a stage)
+  opt.node_size = std::max(1, layout.ranks_on_node() / (layout.pp() * layout.tp()));
+  const int nodes = std::max(1, layout.dp() / opt.node_size);
+  std::optional<Error> err;
+  try {
+    opt.topology = resolve_topology(cc.topology, cc.calibration, nodes);
+  } catch (const Error& e) {
+    err = e;
+  }
+  agree(layout.world(), err);
+  opt.watchdog = &watchdog;
+  opt.what = "the data-parallel gradient all-reduce";
+  const std::size_t bucket_floats = static_cast<std::size_t>(cc.bucket_mb * 262144.0);
+  std::size_t buckets = 0, largest = 0;
+  for (auto& c : chunks) {
+    std::vector<GradBucket> b = make_buckets(c->layout(), bucket_floats);
+    buckets += b.size();
+    for (const GradBucket& k : b) largest = std::max(largest, k.count);
+    syncs.push_back(
+        std::make_unique<GradSync>(c->grads(), std::move(b), layout.dp_comm(), cc.overlap, opt));
+  }
+  if (layout.rank() == 0) {
+    const double bytes = static_cast<double>(largest) * sizeof(float);
+    std::printf("  dp gradient all-reduce: %s%s over %d rank(s) in %d node(s), topology %s; "
+                "%zu bucket(s) per dp group, largest %.2f MiB; overlap %s\n",
+                cc.allreduce.c_str(),
+                opt.algo ? ""
+                         : (std::string(" (") +
+                            algorithm_name(choose_algorithm(bytes, layout.dp(), opt.node_size,
+                                                            opt.topology)) +
+                            " for the largest bucket)")
+                               .c_str(),
+                layout.dp(), nodes, opt.topology.name.c_str(), buckets, bytes / 1048576.0,
+                cc.overlap.c_str());
+    std::fflush(stdout);
+  }
+  return syncs;
 }
 
 // Every replicated tensor's gradient must be the same bytes on every tp rank (by construction:
@@ -276,6 +317,12 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   const bool check_tp_replicas = check_env != nullptr && std::string(check_env) == "1";
   int replicas_checked = 0;
   PipelineEngine engine(cfg, layout, plan.schedule, chunks, watchdog);
+  const std::vector<std::unique_ptr<GradSync>> syncs = make_grad_syncs(cfg, layout, chunks, watchdog);
+  {
+    std::vector<GradSync*> raw;
+    for (const auto& s : syncs) raw.push_back(s.get());
+    engine.set_grad_sync(raw);
+  }
 
   // MFU denominator: every rank's measured sgemm rate, summed.
   double peak = measure_sgemm_flops(0.25);
@@ -325,14 +372,10 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     double loss = engine.run(step, sampler, times);
 
     // gradients: tied head share, data-parallel sum, embedding group sum
-    for (auto& c : chunks) {
-      c->fold_tied_head_grad();
-      if (layout.dp() > 1) {
-        // the dp group's ranks per node (a node holds ranks_on_node / (pp*tp) replicas of a stage)
-        const int dp_per_node = std::max(1, layout.ranks_on_node() / (layout.pp() * layout.tp()));
-        allreduce_grads(c->grads(), c->num_params(), cfg.comm, dp_per_node, layout.dp_comm(),
-                        watchdog, "the data-parallel gradient all-reduce");
-      }
+    GradSyncStats comm;
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      chunks[c]->fold_tied_head_grad();
+      if (!syncs.empty()) syncs[c]->finish(comm);
     }
     if (layout.embedding_comm() != MPI_COMM_NULL && m.tie_embeddings) {
       GptStage& edge = *chunks[me == 0 ? 0 : static_cast<std::size_t>(v - 1)];
@@ -424,6 +467,10 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     sm.mfu = sm.tflops * 1e12 / peak;
     sm.bubble = bubble;
     sm.bubble_predicted = predicted;
+    double comm_t[2] = {comm.exposed_s, comm.busy_s};
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, comm_t, 2, MPI_DOUBLE, MPI_MAX, layout.world()));
+    sm.comm_exposed_s = comm_t[0];
+    sm.comm_s = comm_t[1];
     double mem = 0.0;
     for (auto& c : chunks) mem += static_cast<double>(c->bytes());
     for (auto& o : opts) mem += static_cast<double>(o->bytes());

@@ -339,6 +339,7 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
     const float* x = block_input(a, i);
     block_backward_input(i, x, a.blocks[static_cast<std::size_t>(i)], grad, b);
     block_backward_weight(i, x, a.blocks[static_cast<std::size_t>(i)], b);
+    if (weight_grad_hook_) weight_grad_hook_(spec_.layer_begin + i);
     copy(flow, b.dx.data(), NC);
     grad = flow;
   }
@@ -371,6 +372,7 @@ void GptStage::backward_weight(StageActivations& a, StageStash& s) {
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
     block_backward_weight(i, block_input(a, i), a.blocks[static_cast<std::size_t>(i)],
                           s.blocks[static_cast<std::size_t>(i)]);
+    if (weight_grad_hook_) weight_grad_hook_(spec_.layer_begin + i);
   }
   if (spec_.first) {
     const EdgeTensors g = edges(grads_.data());

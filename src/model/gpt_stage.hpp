@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "config/run_config.hpp"
@@ -150,6 +151,10 @@ public:
   void backward_input(StageActivations& a, const float* dout, float loss_scale, StageStash& s);
   void backward_weight(StageActivations& a, StageStash& s);
 
+  // Called with the layer's index after each block's weight gradients are computed (backward
+  // and backward_weight), for starting their reduction early; empty: none.
+  void set_weight_grad_hook(std::function<void(int)> hook) { weight_grad_hook_ = std::move(hook); }
+
 private:
   BlockTensors block(float* base, int layer) const;
   EdgeTensors edges(float* base) const;
@@ -165,6 +170,7 @@ private:
 
   ModelConfig model_;
   StageSpec spec_;
+  std::function<void(int)> weight_grad_hook_;
   TpGroup tp_;
   // C = d_model, Ct = C/tp attention channels here, NH = heads here, F = 4C/tp MLP width here,
   // V = vocabulary rows here (V_total/tp), v0 = first of them

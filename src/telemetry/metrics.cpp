@@ -45,9 +45,10 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
   std::fprintf(file_,
                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6e, "
                "\"tokens_per_s\": %.1f, \"step_time_s\": %.6f, \"tflops\": %.6f, \"mfu\": %.6f, "
-               "\"bubble\": %.6f, \"bubble_predicted\": %.6f, \"mem_bytes\": %.0f}\n",
+               "\"bubble\": %.6f, \"bubble_predicted\": %.6f, \"mem_bytes\": %.0f, "
+               "\"comm_exposed_s\": %.6f, \"comm_s\": %.6f}\n",
                m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_s, m.tflops, m.mfu,
-               m.bubble, m.bubble_predicted, m.mem_bytes);
+               m.bubble, m.bubble_predicted, m.mem_bytes, m.comm_exposed_s, m.comm_s);
   std::fflush(file_);
   if (!print) return;
   std::printf("step %6d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %8.0f tok/s | MFU %5.1f%% | "

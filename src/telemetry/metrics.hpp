@@ -22,6 +22,10 @@ struct StepMetrics {
   double bubble_predicted = 0.0; // the simulator's, from this step's measured action costs
   double mem_bytes = 0.0;
   double eta_s = 0.0;
+  // data-parallel gradient reduction (max over ranks): time the step waited for it after the
+  // schedule (exposed) and time it ran in all (overlapped with the backward or not)
+  double comm_exposed_s = 0.0;
+  double comm_s = 0.0;
 };
 
 struct ParamSummary {

@@ -1,6 +1,7 @@
 // Every all-reduce algorithm against MPI_Allreduce on integer-valued float data (exact in any
 // summation order), counts 0, 1, p-1, odd and large, in place; hierarchical with emulated node
-// sizes. Prints "N passed, 0 failed" on rank 0; exit code 1 on any mismatch.
+// sizes (node-local step through the MPI-3 shared window and through messages), and auto.
+// Prints "N passed, 0 failed" on rank 0; exit code 1 on any mismatch.
 #include <mpi.h>
 
 #include <cstdio>
@@ -15,33 +16,58 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const char* names[] = {"mpi",          "ring",         "recursive-doubling",
-                         "rabenseifner", "hierarchical", "torus2d"};
+                         "rabenseifner", "hierarchical", "torus2d", "auto"};
   const std::size_t counts[] = {0, 1, static_cast<std::size_t>(size - 1), 7, 1000, 100003};
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, shm_runs = 0;
   for (const char* name : names) {
-    for (int node : {0, 1, 2, 4}) {
-      if (node != 0 && std::strcmp(name, "hierarchical") != 0) continue;
-      for (std::size_t n : counts) {
-        std::vector<float> want(n), got(n);
-        for (std::size_t i = 0; i < n; ++i) {
-          want[i] = got[i] = static_cast<float>((rank * 31 + static_cast<int>(i % 97)) % 1000);
+    const bool hier = std::strcmp(name, "hierarchical") == 0;
+    // hierarchical: emulated nodes of 1, 2, 4 ranks and one node of all ranks, with the
+    // node-local step through the shared window and through point-to-point messages
+    for (int node : {0, 1, 2, 4, size}) {
+      for (int shm = 1; shm >= 0; --shm) {
+        if (!hier && (node != 0 || shm == 0)) continue;
+        pt::AllreduceOptions opt;
+        opt.algo = pt::parse_allreduce(name);
+        opt.node_size = node;
+        opt.shared_memory = shm == 1;
+        opt.topology = pt::topology_preset("fat-tree");
+        pt::Allreducer red(MPI_COMM_WORLD, opt); // kept across counts, as the trainer does
+        for (std::size_t n : counts) {
+          std::vector<float> want(n), got(n);
+          for (std::size_t i = 0; i < n; ++i) {
+            want[i] = got[i] = static_cast<float>((rank * 31 + static_cast<int>(i % 97)) % 1000);
+          }
+          if (n > 0) {
+            MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD);
+          }
+          red.sum(got.data(), n);
+          int ok = std::memcmp(want.data(), got.data(), n * sizeof(float)) == 0 ? 1 : 0;
+          MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+          if (ok) {
+            ++passed;
+          } else {
+            ++failed;
+            if (rank == 0) {
+              std::printf("FAIL: %s node %d shm %d n %zu on %d ranks\n", name, node, shm, n,
+                          size);
+            }
+          }
         }
-        if (n > 0) {
-          MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                        MPI_COMM_WORLD);
-        }
-        pt::allreduce_sum(got.data(), n, MPI_COMM_WORLD, pt::allreduce_algo(name), node);
-        int ok = std::memcmp(want.data(), got.data(), n * sizeof(float)) == 0 ? 1 : 0;
-        MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        if (ok) {
-          ++passed;
-        } else {
+        // every node of more than one rank shares memory here: the window must have been used
+        const bool expect_shm = hier && shm == 1 && node > 1 && node <= size && size % node == 0;
+        if (red.used_shared_memory() != expect_shm) {
           ++failed;
-          if (rank == 0) std::printf("FAIL: %s node %d n %zu on %d ranks\n", name, node, n, size);
+          if (rank == 0) {
+            std::printf("FAIL: %s node %d shm %d: shared window %s\n", name, node, shm,
+                        red.used_shared_memory() ? "used" : "not used");
+          }
         }
+        shm_runs += red.used_shared_memory() ? 1 : 0;
       }
     }
   }
+  if (rank == 0) std::printf("%d configurations used the shared-memory window\n", shm_runs);
   if (rank == 0) std::printf("%d passed, %d failed\n", passed, failed);
   MPI_Finalize();
   return failed == 0 ? 0 : 1;

@@ -1,0 +1,73 @@
+// Interconnect model for choosing an all-reduce algorithm (comm.topology, docs/collectives.md).
+// Two levels, each with alpha (seconds per message), beta (seconds per byte on one link) and
+// gamma (seconds per byte of float32 summation): inside a node and between nodes. The modelled
+// time of each algorithm follows its implementation in allreduce.cpp step by step, with nodes
+// of consecutive ranks; a node's network link is shared by its ranks when several of them send
+// across nodes in the same step (recursive doubling, Rabenseifner, the cross-node step of
+// hierarchical).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace pt {
+
+enum class AllreduceAlgo { mpi, ring, recursive_doubling, rabenseifner, hierarchical, torus2d };
+
+struct LinkCost {
+  double alpha = 0.0; // s per message
+  double beta = 0.0;  // s per byte
+  double gamma = 0.0; // s per byte summed
+  double copy = 0.0;  // s per byte copied by a rank (shared-memory window steps)
+  // Measured exchange times (calibration), ascending sizes: a message's time is interpolated
+  // from them, which captures protocol switches (eager / rendezvous) that alpha + m beta
+  // misses; beyond the largest size the line continues with slope beta. Empty: alpha + m beta.
+  std::vector<double> table_bytes, table_s;
+  // Measured times of hierarchical's node-local window step (copy in, sum, copy out) on a
+  // node, per message size (calibration); empty: modelled from barriers, copy and gamma.
+  std::vector<double> window_bytes, window_s;
+
+  double message(double bytes) const; // seconds for one exchange of `bytes` each way
+};
+
+struct Topology {
+  std::string name;  // flat | fat-tree | tianhe | node | calibrated (file path)
+  LinkCost intra;    // between ranks of one node
+  LinkCost inter;    // between nodes (one network link per node)
+  bool inter_measured = true; // false: a calibration run on one node kept the default
+};
+
+// Presets: "fat-tree" (HDR InfiniBand class), "tianhe" (TH Express-2A class: 1 us, 14 Gbit/s),
+// "flat" (every link a fat-tree network link), "node" (one node: shared memory only).
+// Throws std::invalid_argument for other names.
+Topology topology_preset(const std::string& name);
+
+// Reads a calibration file written by `pipetrain-bench calibrate`. Throws pt::Error (input)
+// naming the file and the problem.
+Topology load_calibration(const std::string& path);
+
+// The deck's comm.topology / comm.calibration for a group spread over `nodes` nodes: the
+// calibration file when given; "auto": "node" on one node, "fat-tree" across nodes.
+Topology resolve_topology(const std::string& topology, const std::string& calibration,
+                          int nodes);
+
+// The calibration file's text for `t`; `header` lines become comments.
+std::string calibration_toml(const Topology& t, const std::string& header);
+
+// Modelled seconds of an in-place all-reduce of `bytes` over p ranks in nodes of node_size
+// consecutive ranks (0 or 1: one rank per node), as allreduce.cpp implements each algorithm.
+// mpi: not modelled (returns a negative number).
+double modelled_time(AllreduceAlgo algo, double bytes, int p, int node_size, const Topology& t);
+
+// Lower bound from bandwidth alone: every node sends and receives 2(N-1)/N of the data through
+// its one network link (N nodes); on one node, 2(p-1)/p of it through memory.
+double bandwidth_bound(double bytes, int p, int node_size, const Topology& t);
+
+// The algorithms "auto" chooses from, and its choice: the least modelled time.
+const std::vector<AllreduceAlgo>& modelled_algorithms();
+AllreduceAlgo choose_algorithm(double bytes, int p, int node_size, const Topology& t);
+
+const char* algorithm_name(AllreduceAlgo algo);
+
+} // namespace pt

@@ -1,0 +1,87 @@
+// Data-parallel gradient reduction of one model chunk in buckets (comm.bucket_mb), in reverse
+// layer order, optionally overlapped with the backward (comm.overlap, docs/collectives.md):
+//   none    every bucket is reduced after the step's schedule, with comm.allreduce's algorithm
+//   thread  a progress thread reduces each bucket (comm.allreduce's algorithm, on its own copy
+//           of the dp communicator) as soon as the last micro-batch's backward has finished its
+//           layers; needs MPI_THREAD_MULTIPLE
+//   poll    each finished bucket starts an MPI_Iallreduce that the engine advances with
+//           MPI_Testall between layers and actions
+// Blocks' buckets may start during the backward; the embedding, final norm and head are
+// reduced at finish(), after the tied head's share has been folded in.
+#pragma once
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/allreduce.hpp"
+#include "model/param_layout.hpp"
+
+namespace pt {
+
+struct GradBucket {
+  std::size_t offset = 0, count = 0; // floats in the chunk's gradient buffer
+  int ready_layer = -1;              // launchable once this layer's weight gradients are final;
+                                     // -1: at finish()
+};
+
+// Buckets of at most bucket_floats (0: one per layer group without limit) over the layout:
+// blocks from the last layer down, then the edge tensors.
+std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t bucket_floats);
+
+struct GradSyncStats {
+  double exposed_s = 0.0; // the trainer waited in finish() (and polling calls)
+  double busy_s = 0.0;    // reductions ran (the progress thread's time, or finish()'s)
+  int buckets_early = 0;  // buckets launched before finish()
+};
+
+class GradSync {
+public:
+  // grads: the chunk's gradient buffer (must outlive this). Collective over dp (dups it).
+  GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp, const std::string& mode,
+           AllreduceOptions opt);
+  ~GradSync();
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  // A layer's weight gradients are final for this step (engine hook, last micro-batch).
+  void layer_done(int layer);
+  // Progress for poll mode (cheap no-op otherwise).
+  void poll();
+  // Launches what is left, waits for all buckets, resets for the next step.
+  void finish(GradSyncStats& stats);
+  const std::string& mode() const { return mode_; }
+
+private:
+  void launch(std::size_t b);
+  void worker();
+
+  float* grads_;
+  std::vector<GradBucket> buckets_;
+  std::vector<char> launched_;
+  std::string mode_;
+  const Watchdog* watchdog_ = nullptr;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<Allreducer> reducer_;
+  std::vector<MPI_Request> requests_; // poll
+  int early_ = 0;
+
+  // thread mode: a queue of bucket indices and a worker that reduces them in order
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::size_t> queue_;
+  std::size_t done_ = 0, queued_ = 0;
+  bool stop_ = false;
+  double busy_s_ = 0.0;
+  std::exception_ptr error_;
+};
+
+} // namespace pt

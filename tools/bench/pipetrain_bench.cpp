@@ -1,0 +1,456 @@
+// pipetrain-bench: the communication benchmarks and the all-reduce cost model.
+//   mpirun -np P build/pipetrain-bench allreduce [--min-bytes 8] [--max-bytes 268435456]
+//          [--ranks-per-node N] [--topology T | --calibration FILE] [--seconds 0.1]
+//   build/pipetrain-bench simulate --nodes N [--ranks-per-node G] [--topology T | --calibration F]
+//   mpirun -np P build/pipetrain-bench calibrate [--out calibration.toml] [--ranks-per-node N]
+// allreduce: OSU-style (each call timed alone between barriers; avg/min/max over ranks of each
+// rank's mean) for MPI_Allreduce, every comm.allreduce algorithm and "auto", interleaved call by
+// call so that drift on a shared machine hits all columns alike; algbw = bytes/time, busbw =
+// algbw * 2(p-1)/p (nccl-tests), ratio = time / MPI_Allreduce's time from the same run.
+// simulate: the topology model's time of each algorithm on a machine of N nodes, next to the
+// bandwidth bound. calibrate: measures alpha, beta (MPI_Sendrecv exchanges) inside a node and
+// between nodes, and gamma (float32 sums), and writes the TOML that comm.calibration reads.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "comm/allreduce.hpp"
+#include "comm/topology.hpp"
+#include "util/errors.hpp"
+
+namespace {
+
+struct Args {
+  std::vector<std::string> rest;
+  std::string get(const std::string& flag, const std::string& fallback) const {
+    for (std::size_t i = 0; i + 1 < rest.size(); ++i) {
+      if (rest[i] == flag) return rest[i + 1];
+    }
+    return fallback;
+  }
+  double num(const std::string& flag, double fallback) const {
+    const std::string v = get(flag, "");
+    if (v.empty()) return fallback;
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !(x >= 0)) {
+      throw std::invalid_argument(flag + " wants a non-negative number, got \"" + v + "\"");
+    }
+    return x;
+  }
+};
+
+std::string human(double bytes) {
+  char b[32];
+  if (bytes >= 1048576) {
+    std::snprintf(b, sizeof b, "%.0f MiB", bytes / 1048576);
+  } else if (bytes >= 1024) {
+    std::snprintf(b, sizeof b, "%.0f KiB", bytes / 1024);
+  } else {
+    std::snprintf(b, sizeof b, "%.0f B", bytes);
+  }
+  return b;
+}
+
+pt::Topology topology_from(const Args& a, int nodes) {
+  return pt::resolve_topology(a.get("--topology", "auto"), a.get("--calibration", ""), nodes);
+}
+
+// Ranks per node: --ranks-per-node, or the size of this rank's shared-memory group when every
+// node holds the same number of ranks (else 1).
+int ranks_per_node(const Args& a, MPI_Comm comm) {
+  const int given = static_cast<int>(a.num("--ranks-per-node", 0));
+  if (given > 0) return given;
+  MPI_Comm sh;
+  PT_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &sh));
+  int g = 1, lo = 0, hi = 0;
+  PT_MPI(MPI_Comm_size(sh, &g));
+  PT_MPI(MPI_Comm_free(&sh));
+  PT_MPI(MPI_Allreduce(&g, &lo, 1, MPI_INT, MPI_MIN, comm));
+  PT_MPI(MPI_Allreduce(&g, &hi, 1, MPI_INT, MPI_MAX, comm));
+  return lo == hi ? g : 1;
+}
+
+// ---- allreduce --------------------------------------------------------------------------------
+
+int bench_allreduce(const Args& a) {
+  int rank = 0, p = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  const double min_bytes = std::max(4.0, a.num("--min-bytes", 8));
+  const double max_bytes = a.num("--max-bytes", 256.0 * 1048576);
+  const double seconds = a.num("--seconds", 0.1); // per column and size, roughly
+  const int g = ranks_per_node(a, MPI_COMM_WORLD);
+  const pt::Topology topo = topology_from(a, std::max(1, p / g));
+
+  struct Column {
+    std::string name;
+    std::unique_ptr<pt::Allreducer> red;
+  };
+  std::vector<Column> cols;
+  for (const char* name : {"mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical",
+                           "torus2d", "auto"}) {
+    pt::AllreduceOptions opt;
+    opt.algo = pt::parse_allreduce(name);
+    opt.node_size = g;
+    opt.topology = topo;
+    cols.push_back({name, std::make_unique<pt::Allreducer>(MPI_COMM_WORLD, opt)});
+  }
+  const std::size_t nc = cols.size();
+  if (rank == 0) {
+    std::printf("# pipetrain-bench allreduce: float32 sum, %d ranks, %d per node, topology model "
+                "%s\n# time: mean over calls on each rank, then avg/min/max over ranks; busbw = "
+                "algbw * 2(p-1)/p; vs_mpi = avg time / MPI_Allreduce avg time\n",
+                p, g, topo.name.c_str());
+    std::printf("%12s %-20s %11s %11s %11s %11s %11s %8s\n", "bytes", "algorithm", "avg_us",
+                "min_us", "max_us", "algbw_GB/s", "busbw_GB/s", "vs_mpi");
+  }
+  struct Row {
+    double bytes;
+    std::vector<double> ratio;
+    std::string auto_pick;
+  };
+  std::vector<Row> rows;
+  std::vector<float> buf;
+  for (double bytes = min_bytes; bytes <= max_bytes * 1.0000001; bytes *= 2) {
+    const std::size_t n = static_cast<std::size_t>(bytes) / sizeof(float);
+    buf.assign(n, 0.0f); // sums of zeros stay finite over any number of calls
+    // two warm-up rounds (the first allocates scratch, windows and sub-communicators); the
+    // second's mean time per call sets the number of timed calls
+    double est = 0.0;
+    for (int round = 0; round < 2; ++round) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = MPI_Wtime();
+      for (Column& c : cols) c.red->sum(buf.data(), n);
+      est = (MPI_Wtime() - t0) / static_cast<double>(nc);
+    }
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &est, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    const int iters = std::clamp(static_cast<int>(seconds / std::max(est, 1e-7)), 10, 5000);
+    std::vector<double> sum(nc, 0.0);
+    for (int it = 0; it < iters; ++it) {
+      for (std::size_t k = 0; k < nc; ++k) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        cols[k].red->sum(buf.data(), n);
+        sum[k] += MPI_Wtime() - t0;
+      }
+    }
+    std::vector<double> mean(nc), lo(nc), hi(nc);
+    for (std::size_t k = 0; k < nc; ++k) mean[k] = sum[k] / iters;
+    PT_MPI(MPI_Allreduce(mean.data(), lo.data(), static_cast<int>(nc), MPI_DOUBLE, MPI_MIN,
+                         MPI_COMM_WORLD));
+    PT_MPI(MPI_Allreduce(mean.data(), hi.data(), static_cast<int>(nc), MPI_DOUBLE, MPI_MAX,
+                         MPI_COMM_WORLD));
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, mean.data(), static_cast<int>(nc), MPI_DOUBLE, MPI_SUM,
+                         MPI_COMM_WORLD));
+    Row row{static_cast<double>(n * sizeof(float)), {}, {}};
+    row.auto_pick = pt::algorithm_name(cols.back().red->algorithm_for(n));
+    for (std::size_t k = 0; k < nc; ++k) {
+      const double avg = mean[k] / p;
+      const double algbw = row.bytes / avg / 1e9;
+      row.ratio.push_back(avg / (mean[0] / p));
+      if (rank == 0) {
+        const std::string name =
+            cols[k].name == "auto" ? "auto=" + row.auto_pick : cols[k].name;
+        std::printf("%12.0f %-20s %11.2f %11.2f %11.2f %11.3f %11.3f %8.2f\n", row.bytes,
+                    name.c_str(), avg * 1e6, lo[k] * 1e6, hi[k] * 1e6, algbw,
+                    algbw * 2.0 * (p - 1) / p, row.ratio.back());
+      }
+    }
+    if (rank == 0) std::fflush(stdout);
+    rows.push_back(row);
+  }
+  if (rank == 0) {
+    std::printf("\n# summary: time / MPI_Allreduce time; best = fastest of ours; auto/best: "
+                "auto's time over the fastest column (MPI included)\n%10s", "bytes");
+    for (std::size_t k = 1; k + 1 < nc; ++k) std::printf(" %9.9s", cols[k].name.c_str());
+    std::printf(" %9s %9s %-18s %9s\n", "best", "auto", "auto picks", "auto/best");
+    double worst = 0.0;
+    for (const Row& r : rows) {
+      std::printf("%10s", human(r.bytes).c_str());
+      double best = 1e30, best_all = 1.0;
+      for (std::size_t k = 1; k + 1 < nc; ++k) {
+        std::printf(" %9.2f", r.ratio[k]);
+        best = std::min(best, r.ratio[k]);
+      }
+      best_all = std::min(best, 1.0);
+      const double rel = r.ratio[nc - 1] / best_all;
+      worst = std::max(worst, rel);
+      std::printf(" %9.2f %9.2f %-18s %9.2f\n", best, r.ratio[nc - 1], r.auto_pick.c_str(), rel);
+    }
+    std::printf("# auto is within %.0f%% of the fastest column at every size\n",
+                (worst - 1.0) * 100.0);
+  }
+  return 0;
+}
+
+// ---- simulate ---------------------------------------------------------------------------------
+
+int simulate(const Args& a) {
+  const int nodes = static_cast<int>(a.num("--nodes", 0));
+  if (nodes < 1) throw std::invalid_argument("simulate needs --nodes N (N >= 1)");
+  const int g = std::max(1, static_cast<int>(a.num("--ranks-per-node", 1)));
+  const int p = nodes * g;
+  const pt::Topology topo = topology_from(a, nodes);
+  const double min_bytes = std::max(4.0, a.num("--min-bytes", 8));
+  const double max_bytes = a.num("--max-bytes", 256.0 * 1048576);
+  std::printf("# modelled all-reduce time (us), %d nodes x %d ranks = %d ranks, topology %s\n"
+              "# inter-node: alpha %.2f us, %.2f GB/s; intra-node: alpha %.2f us, %.2f GB/s; "
+              "gamma %.3f ns/B\n",
+              nodes, g, p, topo.name.c_str(), topo.inter.alpha * 1e6, 1e-9 / topo.inter.beta,
+              topo.intra.alpha * 1e6, 1e-9 / topo.intra.beta, topo.intra.gamma * 1e9);
+  std::printf("%10s", "bytes");
+  for (pt::AllreduceAlgo al : pt::modelled_algorithms()) {
+    std::printf(" %12.12s", pt::algorithm_name(al));
+  }
+  std::printf(" %12s  %s\n", "bw-bound", "fastest");
+  for (double bytes = min_bytes; bytes <= max_bytes * 1.0000001; bytes *= 4) {
+    std::printf("%10s", human(bytes).c_str());
+    for (pt::AllreduceAlgo al : pt::modelled_algorithms()) {
+      std::printf(" %12.1f", pt::modelled_time(al, bytes, p, g, topo) * 1e6);
+    }
+    std::printf(" %12.1f  %s\n", pt::bandwidth_bound(bytes, p, g, topo) * 1e6,
+                pt::algorithm_name(pt::choose_algorithm(bytes, p, g, topo)));
+  }
+  return 0;
+}
+
+// ---- calibrate --------------------------------------------------------------------------------
+
+// Mean seconds of an MPI_Sendrecv exchange of `bytes` each way between ranks a and b (others
+// wait at the barrier): alpha + bytes * beta in the model's terms.
+double exchange_time(int a, int b, std::size_t bytes, int iters) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<char> s(std::max<std::size_t>(bytes, 1)), r(s.size());
+  double t = 0.0;
+  const int peer = rank == a ? b : a;
+  for (int it = -10; it < iters; ++it) { // ten warm-up exchanges
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank != a && rank != b) continue;
+    const double t0 = MPI_Wtime();
+    PT_MPI(MPI_Sendrecv(s.data(), static_cast<int>(bytes), MPI_BYTE, peer, 9, r.data(),
+                        static_cast<int>(bytes), MPI_BYTE, peer, 9, MPI_COMM_WORLD,
+                        MPI_STATUS_IGNORE));
+    if (it >= 0) t += MPI_Wtime() - t0;
+  }
+  PT_MPI(MPI_Bcast(&t, 1, MPI_DOUBLE, a, MPI_COMM_WORLD));
+  return t / iters;
+}
+
+// Exchange times from 8 B to 4 MiB (powers of two) between ranks a and b: alpha is the 8 B
+// time, beta the slope between the two largest sizes, and the table keeps every point.
+pt::LinkCost measure_link(int a, int b, double gamma, double copy) {
+  pt::LinkCost l;
+  for (std::size_t bytes = 8; bytes <= (std::size_t{4} << 20); bytes *= 2) {
+    const int iters = bytes <= 65536 ? 300 : 30;
+    l.table_bytes.push_back(static_cast<double>(bytes));
+    l.table_s.push_back(exchange_time(a, b, bytes, iters));
+  }
+  const std::size_t k = l.table_s.size();
+  l.alpha = l.table_s[0];
+  l.beta = std::max(1e-13, (l.table_s[k - 1] - l.table_s[k - 2]) /
+                               (l.table_bytes[k - 1] - l.table_bytes[k - 2]));
+  l.gamma = gamma;
+  l.copy = copy;
+  return l;
+}
+
+double shared_copy_cost(std::size_t bytes, float* a, const float* b) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm sh;
+  PT_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &sh));
+  int sh_rank = 0, sh_size = 1;
+  PT_MPI(MPI_Comm_rank(sh, &sh_rank));
+  PT_MPI(MPI_Comm_size(sh, &sh_size));
+  double copy = 0.0;
+  const int reps = 30;
+  if (sh_size >= 2) {
+    char* base = nullptr;
+    MPI_Win win;
+    PT_MPI(MPI_Win_allocate_shared(sh_rank == 0 ? static_cast<MPI_Aint>(bytes) : 0, 1,
+                                   MPI_INFO_NULL, sh, &base, &win));
+    MPI_Aint sz = 0;
+    int unit = 0;
+    char* shared = nullptr;
+    PT_MPI(MPI_Win_shared_query(win, 0, &sz, &unit, &shared));
+    PT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
+    auto sync = [&] {
+      PT_MPI(MPI_Win_sync(win));
+      PT_MPI(MPI_Barrier(sh));
+      PT_MPI(MPI_Win_sync(win));
+    };
+    double barrier = 0.0;
+    for (int r = -2; r < reps; ++r) {
+      const double t0 = MPI_Wtime();
+      sync();
+      sync();
+      if (r >= 0) barrier += MPI_Wtime() - t0;
+    }
+    double t = 0.0;
+    for (int r = -2; r < reps; ++r) {
+      const double t0 = MPI_Wtime();
+      if (sh_rank == 0) std::memcpy(shared, b, bytes);
+      sync();
+      if (sh_rank == 1) std::memcpy(a, shared, bytes);
+      sync();
+      if (r >= 0) t += MPI_Wtime() - t0;
+    }
+    copy = std::max(1e-13, (t - barrier) / reps / (2.0 * static_cast<double>(bytes)));
+    PT_MPI(MPI_Win_unlock_all(win));
+    PT_MPI(MPI_Win_free(&win));
+  } else {
+    const double t0 = MPI_Wtime();
+    for (int r = 0; r < reps; ++r) std::memcpy(a, b, bytes);
+    copy = (MPI_Wtime() - t0) / reps / static_cast<double>(bytes);
+  }
+  PT_MPI(MPI_Comm_free(&sh));
+  PT_MPI(MPI_Bcast(&copy, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  return copy;
+}
+
+// hierarchical's node-local step through the shared window, timed on every node at once
+// (nodes of g consecutive ranks), 8 B to 16 MiB: the model interpolates these times
+void measure_window(int g, pt::LinkCost& l) {
+  pt::AllreduceOptions opt;
+  opt.algo = pt::AllreduceAlgo::hierarchical;
+  opt.node_size = g;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm node;
+  PT_MPI(MPI_Comm_split(MPI_COMM_WORLD, rank / g, rank, &node));
+  {
+    pt::Allreducer red(node, opt);
+    std::vector<float> buf;
+    for (std::size_t bytes = 8; bytes <= (std::size_t{16} << 20); bytes *= 4) {
+      const std::size_t n = bytes / sizeof(float);
+      buf.assign(n, 0.0f);
+      const int iters = bytes <= 65536 ? 300 : 20;
+      double t = 0.0;
+      for (int it = -5; it < iters; ++it) {
+        PT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        const double t0 = MPI_Wtime();
+        red.sum(buf.data(), n);
+        if (it >= 0) t += MPI_Wtime() - t0;
+      }
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+      l.window_bytes.push_back(static_cast<double>(bytes));
+      l.window_s.push_back(t / iters);
+    }
+  }
+  PT_MPI(MPI_Comm_free(&node));
+}
+
+int calibrate(const Args& a) {
+  int rank = 0, p = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  if (p < 2) throw std::invalid_argument("calibrate needs at least 2 ranks (mpirun -np 2 ...)");
+  const int g = ranks_per_node(a, MPI_COMM_WORLD);
+  const std::string out = a.get("--out", "calibration.toml");
+
+  // gamma: acc += x over 4 MiB, the all-reduce algorithms' reduction, mean over ranks
+  const std::size_t n = std::size_t{1} << 20;
+  std::vector<float> acc(n, 0.0f), x(n, 1.0f);
+  double gamma = 0.0;
+  {
+    const int reps = 50;
+    const double t0 = MPI_Wtime();
+    for (int r = 0; r < reps; ++r) {
+      for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
+    }
+    gamma = (MPI_Wtime() - t0) / reps / static_cast<double>(n * sizeof(float));
+    volatile float sink = acc[n / 2];
+    (void)sink;
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &gamma, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    gamma /= p;
+  }
+  // copy: 4 MiB through a shared window between ranks 0 and 1 when they share a node (rank 0
+  // copies in, rank 1 copies out, as the hierarchical node-local step does), else a memcpy
+  double copy = shared_copy_cost(n * sizeof(float), acc.data(), x.data());
+  pt::Topology t = pt::topology_preset(p > g ? "fat-tree" : "node");
+  if (a.get("--topology", "") != "") t = pt::topology_preset(a.get("--topology", ""));
+  t.name = out;
+  // inside a node: rank 0 and rank 1 (consecutive ranks share a node when g > 1)
+  if (g > 1) {
+    t.intra = measure_link(0, 1, gamma, copy);
+    measure_window(g, t.intra);
+  }
+  // across nodes: rank 0 and the first rank of the next node
+  if (p > g) {
+    t.inter = measure_link(0, g, gamma, copy);
+  } else {
+    t.inter.gamma = gamma;
+    t.inter.copy = copy;
+    t.inter_measured = false;
+  }
+  if (g == 1) t.intra = t.inter; // no two ranks share a node: one level
+  if (rank == 0) {
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M", std::localtime(&now));
+    std::string header = std::string("written by pipetrain-bench calibrate, ") + stamp + ", " +
+                         std::to_string(p) + " ranks, " + std::to_string(g) + " per node\n" +
+                         "exchange times of MPI_Sendrecv from 8 B to 4 MiB (alpha: 8 B; bandwidth: "
+                         "slope of the two largest), gamma: float32 sums over 4 MiB, copy: 4 MiB "
+                         "through a shared window\nuse it with comm.calibration = \"" +
+                         out + "\" (and comm.topology = \"auto\")";
+    if (!t.inter_measured) {
+      header += "\n[inter] was not measured (one node): it keeps the fat-tree defaults";
+    }
+    std::ofstream f(out);
+    f << pt::calibration_toml(t, header);
+    if (!f) throw std::runtime_error("cannot write " + out);
+    std::printf("intra-node: alpha %.2f us, %.2f GB/s; inter-node: alpha %.2f us, %.2f GB/s%s; "
+                "gamma %.3f ns/byte, copy %.3f ns/byte\nwrote %s\n",
+                t.intra.alpha * 1e6, 1e-9 / t.intra.beta, t.inter.alpha * 1e6,
+                1e-9 / t.inter.beta, t.inter_measured ? "" : " (default, not measured)",
+                gamma * 1e9, copy * 1e9, out.c_str());
+  }
+  return 0;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: pipetrain-bench allreduce|simulate|calibrate [options]\n"
+               "  mpirun -np P pipetrain-bench allreduce [--min-bytes B] [--max-bytes B] "
+               "[--seconds S] [--ranks-per-node N] [--topology T | --calibration F]\n"
+               "  pipetrain-bench simulate --nodes N [--ranks-per-node G] "
+               "[--topology flat|fat-tree|tianhe | --calibration F]\n"
+               "  mpirun -np P pipetrain-bench calibrate [--out FILE] [--ranks-per-node N]\n");
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const std::string cmd = argv[1];
+  Args a;
+  for (int i = 2; i < argc; ++i) a.rest.emplace_back(argv[i]);
+  try {
+    if (cmd == "simulate") return simulate(a); // a model: no MPI needed
+    if (cmd != "allreduce" && cmd != "calibrate") return usage();
+    MPI_Init(&argc, &argv);
+    const int code = cmd == "allreduce" ? bench_allreduce(a) : calibrate(a);
+    MPI_Finalize();
+    return code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipetrain-bench %s: %s\n", cmd.c_str(), e.what());
+    int init = 0;
+    MPI_Initialized(&init);
+    if (init) MPI_Abort(MPI_COMM_WORLD, 2);
+    return 2;
+  }
+}
