@@ -196,9 +196,9 @@ constexpr std::size_t kShmSegment = std::size_t{1} << 20;
 
 std::optional<AllreduceAlgo> parse_allreduce(const std::string& name) {
   if (name == "auto") return std::nullopt;
-  for (AllreduceAlgo a : {AllreduceAlgo::mpi, AllreduceAlgo::ring, AllreduceAlgo::recursive_doubling,
-                          AllreduceAlgo::rabenseifner, AllreduceAlgo::hierarchical,
-                          AllreduceAlgo::torus2d}) {
+  for (AllreduceAlgo a :
+       {AllreduceAlgo::mpi, AllreduceAlgo::ring, AllreduceAlgo::recursive_doubling,
+        AllreduceAlgo::rabenseifner, AllreduceAlgo::hierarchical, AllreduceAlgo::torus2d}) {
     if (name == algorithm_name(a)) return a;
   }
   throw std::invalid_argument("unknown all-reduce algorithm \"" + name + "\"");
@@ -210,8 +210,8 @@ struct Allreducer::Groups {
   MPI_Comm row = MPI_COMM_NULL, col = MPI_COMM_NULL;
   bool shared = false; // the row's ranks share memory
   MPI_Win win = MPI_WIN_NULL;
-  std::size_t win_floats = 0;   // per rank
-  std::vector<float*> slot;     // every row rank's part of the window
+  std::size_t win_floats = 0; // per rank
+  std::vector<float*> slot;   // every row rank's part of the window
 };
 
 Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt) : comm_(comm), opt_(std::move(opt)) {
@@ -275,8 +275,8 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     PT_MPI(MPI_Info_create(&info));
     PT_MPI(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
     float* base = nullptr;
-    PT_MPI(MPI_Win_allocate_shared(static_cast<MPI_Aint>(want * sizeof(float)), sizeof(float),
-                                   info, g.row, &base, &g.win));
+    PT_MPI(MPI_Win_allocate_shared(static_cast<MPI_Aint>(want * sizeof(float)), sizeof(float), info,
+                                   g.row, &base, &g.win));
     PT_MPI(MPI_Info_free(&info));
     g.slot.assign(static_cast<std::size_t>(row.size), nullptr);
     for (int r = 0; r < row.size; ++r) {

@@ -32,7 +32,7 @@ struct AllreduceOptions {
   int node_size = 0;                 // ranks per node, consecutive ranks; 0 or 1: one per node
   Topology topology = topology_preset("fat-tree");
   bool shared_memory = true; // hierarchical: node-local step through an MPI-3 shared window
-  const Watchdog* watchdog = nullptr; // "mpi": MPI_Allreduce under the hang watchdog
+  const Watchdog* watchdog = nullptr;  // "mpi": MPI_Allreduce under the hang watchdog
   std::string what = "the all-reduce"; // for the watchdog's message
 };
 
@@ -72,7 +72,6 @@ private:
 };
 
 // One-off sum (tests, tools): builds an Allreducer for the call.
-void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo,
-                   int node_size = 0);
+void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo, int node_size = 0);
 
 } // namespace pt

@@ -144,8 +144,8 @@ double number(const toml::table& tbl, const char* key, const std::string& where)
                       "\" is missing or not a number.\n---> HINT: rerun `pipetrain-bench "
                       "calibrate` to write a fresh file");
   }
-  const double v = n->is_integer() ? static_cast<double>(n->as_integer()->get())
-                                   : n->as_floating_point()->get();
+  const double v =
+      n->is_integer() ? static_cast<double>(n->as_integer()->get()) : n->as_floating_point()->get();
   if (!(v > 0.0) || !std::isfinite(v)) {
     throw input_error(where + ": \"" + key + "\" must be a positive number, found " +
                       std::to_string(v));
@@ -232,8 +232,7 @@ Topology topology_preset(const std::string& name) {
   if (name == "tianhe") return Topology{name, kSharedMemory, kTianhe2A, true};
   if (name == "flat") return Topology{name, kInfiniBandHdr, kInfiniBandHdr, true};
   if (name == "node") return Topology{name, kSharedMemory, kSharedMemory, true};
-  throw std::invalid_argument("unknown topology \"" + name +
-                              "\" (flat, fat-tree, tianhe or node)");
+  throw std::invalid_argument("unknown topology \"" + name + "\" (flat, fat-tree, tianhe or node)");
 }
 
 Topology load_calibration(const std::string& path) {
@@ -252,13 +251,12 @@ Topology load_calibration(const std::string& path) {
   t.intra = read_level(root, "intra", path);
   t.inter = read_level(root, "inter", path);
   const toml::table* inter = root.get_as<toml::table>("inter");
-  t.inter_measured = inter->get_as<bool>("measured") == nullptr ||
-                     inter->get_as<bool>("measured")->get();
+  t.inter_measured =
+      inter->get_as<bool>("measured") == nullptr || inter->get_as<bool>("measured")->get();
   return t;
 }
 
-Topology resolve_topology(const std::string& topology, const std::string& calibration,
-                          int nodes) {
+Topology resolve_topology(const std::string& topology, const std::string& calibration, int nodes) {
   if (!calibration.empty()) return load_calibration(calibration);
   if (topology == "auto") return topology_preset(nodes > 1 ? "fat-tree" : "node");
   return topology_preset(topology);

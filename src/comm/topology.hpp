@@ -32,9 +32,9 @@ struct LinkCost {
 };
 
 struct Topology {
-  std::string name;  // flat | fat-tree | tianhe | node | calibrated (file path)
-  LinkCost intra;    // between ranks of one node
-  LinkCost inter;    // between nodes (one network link per node)
+  std::string name;           // flat | fat-tree | tianhe | node | calibrated (file path)
+  LinkCost intra;             // between ranks of one node
+  LinkCost inter;             // between nodes (one network link per node)
   bool inter_measured = true; // false: a calibration run on one node kept the default
 };
 
@@ -49,8 +49,7 @@ Topology load_calibration(const std::string& path);
 
 // The deck's comm.topology / comm.calibration for a group spread over `nodes` nodes: the
 // calibration file when given; "auto": "node" on one node, "fat-tree" across nodes.
-Topology resolve_topology(const std::string& topology, const std::string& calibration,
-                          int nodes);
+Topology resolve_topology(const std::string& topology, const std::string& calibration, int nodes);
 
 // The calibration file's text for `t`; `header` lines become comments.
 std::string calibration_toml(const Topology& t, const std::string& header);

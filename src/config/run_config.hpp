@@ -61,11 +61,11 @@ struct CheckpointConfig {
 
 struct CommConfig {
   std::string allreduce = "auto";
-  std::string topology = "auto";  // auto | flat | fat-tree | tianhe
-  std::string calibration;        // a `pipetrain-bench calibrate` file (topology auto)
+  std::string topology = "auto"; // auto | flat | fat-tree | tianhe
+  std::string calibration;       // a `pipetrain-bench calibrate` file (topology auto)
   double bucket_mb = 25.0;
-  std::string overlap = "none";   // none | thread | poll: gradient reduction during backward
-  int ranks_per_node = 0; // 0: detect from shared memory
+  std::string overlap = "none"; // none | thread | poll: gradient reduction during backward
+  int ranks_per_node = 0;       // 0: detect from shared memory
 };
 
 struct DeviceConfig {

@@ -147,7 +147,8 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
                          ? sync_[static_cast<std::size_t>(a.chunk)]
                          : nullptr;
     // the chunk's last weight-gradient action: its layers' gradients become final one by one
-    const bool hook = sync != nullptr && ai == last_weight_action_[static_cast<std::size_t>(a.chunk)];
+    const bool hook =
+        sync != nullptr && ai == last_weight_action_[static_cast<std::size_t>(a.chunk)];
     if (hook) stage.set_weight_grad_hook([sync](int layer) { sync->layer_done(layer); });
     switch (a.op) {
     case Op::RECV_ACT:

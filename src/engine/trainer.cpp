@@ -117,12 +117,24 @@ BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
 
 // The data-parallel gradient reduction of each chunk (none without data parallelism): buckets,
 // algorithm, topology model and overlap mode from [comm]; prints the choice on rank 0.
-std::vector<std::unique_ptr<GradSync>> make_grad_syncs(
-    const RunConfig& cfg, const Layout& layout, std::vector<std::unique_ptr<GptStage>>& chunks,
-    const Watchdog& watchdog) {
+std::vector<std::unique_ptr<GradSync>>
+make_grad_syncs(const RunConfig& cfg, const Layout& layout,
+                std::vector<std::unique_ptr<GptStage>>& chunks, const Watchdog& watchdog) {
   std::vector<std::unique_ptr<GradSync>> syncs;
-  if (layout.dp() < 2) return syncs;
   const CommConfig& cc = cfg.comm;
+  AllreduceOptions opt;
+  opt.algo = parse_allreduce(cc.allreduce);
+  // the dp group's ranks per node (a node holds ranks_on_node / (pp*tp) replicas of a stage)
+  opt.node_size = std::max(1, layout.ranks_on_node() / (layout.pp() * layout.tp()));
+  const int nodes = std::max(1, layout.dp() / opt.node_size);
+  std::optional<Error> err;
+  try { // read a calibration file even without data parallelism: a wrong path is an error
+    opt.topology = resolve_topology(cc.topology, cc.calibration, nodes);
+  } catch (const Error& e) {
+    err = e;
+  }
+  agree(layout.world(), err);
+  if (layout.dp() < 2) return syncs;
   if (cc.overlap == "thread") {
     int provided = MPI_THREAD_SINGLE;
     PT_MPI(MPI_Query_thread(&provided));
@@ -133,18 +145,6 @@ std::vector<std::unique_ptr<GradSync>> make_grad_syncs(
                         ".\n---> HINT: use comm.overlap = \"poll\" or \"none\"");
     }
   }
-  AllreduceOptions opt;
-  opt.algo = parse_allreduce(cc.allreduce);
-  // the dp group's ranks per node (a node holds ranks_on_node / (pp*tp) replicas of a stage)
-  opt.node_size = std::max(1, layout.ranks_on_node() / (layout.pp() * layout.tp()));
-  const int nodes = std::max(1, layout.dp() / opt.node_size);
-  std::optional<Error> err;
-  try {
-    opt.topology = resolve_topology(cc.topology, cc.calibration, nodes);
-  } catch (const Error& e) {
-    err = e;
-  }
-  agree(layout.world(), err);
   opt.watchdog = &watchdog;
   opt.what = "the data-parallel gradient all-reduce";
   const std::size_t bucket_floats = static_cast<std::size_t>(cc.bucket_mb * 262144.0);
@@ -163,8 +163,8 @@ std::vector<std::unique_ptr<GradSync>> make_grad_syncs(
                 cc.allreduce.c_str(),
                 opt.algo ? ""
                          : (std::string(" (") +
-                            algorithm_name(choose_algorithm(bytes, layout.dp(), opt.node_size,
-                                                            opt.topology)) +
+                            algorithm_name(
+                                choose_algorithm(bytes, layout.dp(), opt.node_size, opt.topology)) +
                             " for the largest bucket)")
                                .c_str(),
                 layout.dp(), nodes, opt.topology.name.c_str(), buckets, bytes / 1048576.0,
@@ -317,7 +317,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   const bool check_tp_replicas = check_env != nullptr && std::string(check_env) == "1";
   int replicas_checked = 0;
   PipelineEngine engine(cfg, layout, plan.schedule, chunks, watchdog);
-  const std::vector<std::unique_ptr<GradSync>> syncs = make_grad_syncs(cfg, layout, chunks, watchdog);
+  const std::vector<std::unique_ptr<GradSync>> syncs =
+      make_grad_syncs(cfg, layout, chunks, watchdog);
   {
     std::vector<GradSync*> raw;
     for (const auto& s : syncs) raw.push_back(s.get());
@@ -364,6 +365,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   };
   double time_sum = 0.0;
   double ema = 0.0;
+  GradSyncStats comm_total; // over this run's steps: max over ranks per step, summed
   for (int step = first_step; step < t.steps; ++step) {
     watchdog.barrier(layout.world(), "the barrier that starts step " + std::to_string(step + 1));
     const double t0 = MPI_Wtime();
@@ -471,6 +473,9 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, comm_t, 2, MPI_DOUBLE, MPI_MAX, layout.world()));
     sm.comm_exposed_s = comm_t[0];
     sm.comm_s = comm_t[1];
+    comm_total.exposed_s += comm_t[0];
+    comm_total.busy_s += comm_t[1];
+    comm_total.buckets_early += comm.buckets_early;
     double mem = 0.0;
     for (auto& c : chunks) mem += static_cast<double>(c->bytes());
     for (auto& o : opts) mem += static_cast<double>(o->bytes());
@@ -514,6 +519,18 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       }
       result.stopped_early = true;
       break;
+    }
+  }
+  const int run_steps = result.steps_done - first_step;
+  if (!syncs.empty() && run_steps > 0) {
+    int early = comm_total.buckets_early;
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &early, 1, MPI_INT, MPI_MIN, layout.world()));
+    if (root) {
+      std::printf("dp gradient reduction (overlap %s): %.2f ms exposed of %.2f ms per step; "
+                  "%d bucket(s) started during the backward\n",
+                  cfg.comm.overlap.c_str(), 1e3 * comm_total.exposed_s / run_steps,
+                  1e3 * comm_total.busy_s / run_steps, early);
+      std::fflush(stdout);
     }
   }
   const int timed = result.steps_done - first_step - 1;

@@ -15,8 +15,8 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const char* names[] = {"mpi",          "ring",         "recursive-doubling",
-                         "rabenseifner", "hierarchical", "torus2d", "auto"};
+  const char* names[] = {"mpi",     "ring", "recursive-doubling", "rabenseifner", "hierarchical",
+                         "torus2d", "auto"};
   const std::size_t counts[] = {0, 1, static_cast<std::size_t>(size - 1), 7, 1000, 100003};
   int passed = 0, failed = 0, shm_runs = 0;
   for (const char* name : names) {
@@ -49,8 +49,7 @@ int main(int argc, char** argv) {
           } else {
             ++failed;
             if (rank == 0) {
-              std::printf("FAIL: %s node %d shm %d n %zu on %d ranks\n", name, node, shm, n,
-                          size);
+              std::printf("FAIL: %s node %d shm %d n %zu on %d ranks\n", name, node, shm, n, size);
             }
           }
         }

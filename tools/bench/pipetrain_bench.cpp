@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -98,8 +99,8 @@ int bench_allreduce(const Args& a) {
     std::unique_ptr<pt::Allreducer> red;
   };
   std::vector<Column> cols;
-  for (const char* name : {"mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical",
-                           "torus2d", "auto"}) {
+  for (const char* name :
+       {"mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical", "torus2d", "auto"}) {
     pt::AllreduceOptions opt;
     opt.algo = pt::parse_allreduce(name);
     opt.node_size = g;
@@ -160,8 +161,7 @@ int bench_allreduce(const Args& a) {
       const double algbw = row.bytes / avg / 1e9;
       row.ratio.push_back(avg / (mean[0] / p));
       if (rank == 0) {
-        const std::string name =
-            cols[k].name == "auto" ? "auto=" + row.auto_pick : cols[k].name;
+        const std::string name = cols[k].name == "auto" ? "auto=" + row.auto_pick : cols[k].name;
         std::printf("%12.0f %-20s %11.2f %11.2f %11.2f %11.3f %11.3f %8.2f\n", row.bytes,
                     name.c_str(), avg * 1e6, lo[k] * 1e6, hi[k] * 1e6, algbw,
                     algbw * 2.0 * (p - 1) / p, row.ratio.back());
@@ -172,7 +172,8 @@ int bench_allreduce(const Args& a) {
   }
   if (rank == 0) {
     std::printf("\n# summary: time / MPI_Allreduce time; best = fastest of ours; auto/best: "
-                "auto's time over the fastest column (MPI included)\n%10s", "bytes");
+                "auto's time over the fastest column (MPI included)\n%10s",
+                "bytes");
     for (std::size_t k = 1; k + 1 < nc; ++k) std::printf(" %9.9s", cols[k].name.c_str());
     std::printf(" %9s %9s %-18s %9s\n", "best", "auto", "auto picks", "auto/best");
     double worst = 0.0;
@@ -409,14 +410,17 @@ int calibrate(const Args& a) {
     if (!t.inter_measured) {
       header += "\n[inter] was not measured (one node): it keeps the fat-tree defaults";
     }
+    const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     std::ofstream f(out);
     f << pt::calibration_toml(t, header);
     if (!f) throw std::runtime_error("cannot write " + out);
     std::printf("intra-node: alpha %.2f us, %.2f GB/s; inter-node: alpha %.2f us, %.2f GB/s%s; "
                 "gamma %.3f ns/byte, copy %.3f ns/byte\nwrote %s\n",
-                t.intra.alpha * 1e6, 1e-9 / t.intra.beta, t.inter.alpha * 1e6,
-                1e-9 / t.inter.beta, t.inter_measured ? "" : " (default, not measured)",
-                gamma * 1e9, copy * 1e9, out.c_str());
+                t.intra.alpha * 1e6, 1e-9 / t.intra.beta, t.inter.alpha * 1e6, 1e-9 / t.inter.beta,
+                t.inter_measured ? "" : " (default, not measured)", gamma * 1e9, copy * 1e9,
+                out.c_str());
   }
   return 0;
 }

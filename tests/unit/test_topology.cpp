@@ -1,0 +1,182 @@
+// The all-reduce cost model (comm/topology.hpp) against the textbook formulas and orderings,
+// calibration files, and gradient buckets.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "comm/topology.hpp"
+#include "engine/grad_sync.hpp"
+#include "model/param_layout.hpp"
+#include "util/errors.hpp"
+
+namespace {
+
+using pt::AllreduceAlgo;
+
+pt::Topology one_level(double alpha, double bw, double gamma) {
+  pt::Topology t = pt::topology_preset("flat");
+  t.intra = t.inter = pt::LinkCost{alpha, 1.0 / bw, gamma, 1.0 / bw, {}, {}, {}, {}};
+  return t;
+}
+
+// Thakur, Rabenseifner & Gropp (2005) / Patarasuk & Yuan (2009) for one rank per node.
+TEST(Topology, FlatModelsAreTheTextbookFormulas) {
+  const double a = 2e-6, bw = 10e9, g = 1e-10, n = 1 << 20;
+  const pt::Topology t = one_level(a, bw, g);
+  const double b = 1.0 / bw;
+  for (int p : {2, 4, 8, 64}) {
+    int lg = 0;
+    while ((1 << lg) < p) ++lg;
+    EXPECT_NEAR(pt::modelled_time(AllreduceAlgo::ring, n, p, 1, t),
+                2.0 * (p - 1) * a + 2.0 * (p - 1) / p * n * b + (p - 1.0) / p * n * g, 1e-12);
+    EXPECT_NEAR(pt::modelled_time(AllreduceAlgo::recursive_doubling, n, p, 1, t),
+                lg * (a + n * b + n * g), 1e-12);
+    EXPECT_NEAR(pt::modelled_time(AllreduceAlgo::rabenseifner, n, p, 1, t),
+                2.0 * lg * a + 2.0 * (p - 1) / p * n * b + (p - 1.0) / p * n * g, 1e-12);
+  }
+  // non-powers of two pay the fold (n in, sum) and the unfold (n out)
+  EXPECT_NEAR(pt::modelled_time(AllreduceAlgo::recursive_doubling, n, 6, 1, t),
+              2 * (a + n * b + n * g) + 2 * (a + n * b) + n * g, 1e-12);
+}
+
+// The orderings the collectives issue asks for, on 4,096 nodes of a fat-tree and a Tianhe-2A
+// machine, one and eight ranks per node.
+TEST(Topology, SimulatorReproducesTextbookOrderings) {
+  for (const char* name : {"fat-tree", "tianhe"}) {
+    const pt::Topology t = pt::topology_preset(name);
+    for (int g : {1, 8}) {
+      const int p = 4096 * g;
+      auto time = [&](AllreduceAlgo al, double bytes) {
+        return pt::modelled_time(al, bytes, p, g, t);
+      };
+      SCOPED_TRACE(std::string(name) + ", ranks per node " + std::to_string(g));
+      // small messages: recursive doubling beats ring and Rabenseifner
+      EXPECT_LT(time(AllreduceAlgo::recursive_doubling, 8), time(AllreduceAlgo::rabenseifner, 8));
+      EXPECT_LT(time(AllreduceAlgo::recursive_doubling, 8), time(AllreduceAlgo::ring, 8));
+      // large messages: ring or Rabenseifner beat recursive doubling
+      const double big = 256.0 * 1048576;
+      EXPECT_LT(std::min(time(AllreduceAlgo::ring, big), time(AllreduceAlgo::rabenseifner, big)),
+                time(AllreduceAlgo::recursive_doubling, big));
+      // 1-32 MiB: hierarchical and 2D beat a flat ring
+      for (double mib = 1; mib <= 32; mib *= 2) {
+        EXPECT_LT(time(AllreduceAlgo::hierarchical, mib * 1048576),
+                  time(AllreduceAlgo::ring, mib * 1048576));
+        EXPECT_LT(time(AllreduceAlgo::torus2d, mib * 1048576),
+                  time(AllreduceAlgo::ring, mib * 1048576));
+      }
+      // nothing beats the bandwidth bound
+      for (AllreduceAlgo al : pt::modelled_algorithms()) {
+        EXPECT_GE(time(al, big), pt::bandwidth_bound(big, p, g, t));
+      }
+    }
+  }
+}
+
+TEST(Topology, AutoTakesTheLeastModelledTime) {
+  const pt::Topology t = pt::topology_preset("fat-tree");
+  for (int p : {2, 3, 16, 256}) {
+    for (double bytes = 8; bytes < 3e8; bytes *= 8) {
+      const AllreduceAlgo pick = pt::choose_algorithm(bytes, p, 4, t);
+      for (AllreduceAlgo al : pt::modelled_algorithms()) {
+        EXPECT_LE(pt::modelled_time(pick, bytes, p, 4, t), pt::modelled_time(al, bytes, p, 4, t))
+            << pt::algorithm_name(pick) << " vs " << pt::algorithm_name(al) << " at " << bytes;
+      }
+    }
+  }
+}
+
+TEST(Topology, MeasuredTableIsInterpolated) {
+  pt::LinkCost l{1e-6, 1e-9, 0, 0, {8, 4096, 8192}, {1e-6, 2e-6, 10e-6}, {}, {}};
+  EXPECT_DOUBLE_EQ(l.message(4), 1e-6);
+  EXPECT_DOUBLE_EQ(l.message(4096), 2e-6);
+  EXPECT_DOUBLE_EQ(l.message(6144), 6e-6);         // halfway: the protocol switch
+  EXPECT_DOUBLE_EQ(l.message(8192 + 1000), 11e-6); // beyond: slope beta
+}
+
+TEST(Topology, CalibrationFileRoundTrips) {
+  pt::Topology t = pt::topology_preset("tianhe");
+  t.intra.table_bytes = {8, 1024};
+  t.intra.table_s = {0.5e-6, 0.9e-6};
+  t.intra.window_bytes = {8, 4096};
+  t.intra.window_s = {0.7e-6, 2e-6};
+  t.inter_measured = false;
+  const std::string path = testing::TempDir() + "pt_calibration.toml";
+  std::ofstream(path) << pt::calibration_toml(t, "test file\nsecond line");
+  const pt::Topology r = pt::load_calibration(path);
+  EXPECT_EQ(r.name, path);
+  EXPECT_NEAR(r.inter.alpha, t.inter.alpha, 1e-12);
+  EXPECT_NEAR(r.inter.beta / t.inter.beta, 1.0, 1e-5);
+  EXPECT_NEAR(r.intra.gamma / t.intra.gamma, 1.0, 1e-5);
+  ASSERT_EQ(r.intra.table_bytes.size(), 2u);
+  EXPECT_NEAR(r.intra.table_s[1], 0.9e-6, 1e-12);
+  ASSERT_EQ(r.intra.window_s.size(), 2u);
+  EXPECT_FALSE(r.inter_measured);
+  std::remove(path.c_str());
+}
+
+TEST(Topology, DamagedCalibrationFileIsAnInputError) {
+  const std::string path = testing::TempDir() + "pt_bad_calibration.toml";
+  auto expect_error = [&](const std::string& text, const std::string& fragment) {
+    std::ofstream(path) << text;
+    try {
+      pt::load_calibration(path);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const pt::Error& e) {
+      EXPECT_EQ(e.code(), pt::ExitCode::bad_input);
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error("[intra\nalpha_us = 1", "cannot read");
+  expect_error("[inter]\nalpha_us = 1\nbandwidth_GBps = 1\ngamma_ns_per_byte = 1\n",
+               "no [intra] table");
+  expect_error("[intra]\nalpha_us = -1\nbandwidth_GBps = 1\ngamma_ns_per_byte = 1\n",
+               "must be a positive number");
+  expect_error("[intra]\nalpha_us = 1\nbandwidth_GBps = 1\ngamma_ns_per_byte = 1\n"
+               "exchange_bytes = [8, 4]\nexchange_us = [1, 2]\n[inter]\nalpha_us = 1\n"
+               "bandwidth_GBps = 1\ngamma_ns_per_byte = 1\n",
+               "must ascend");
+  std::remove(path.c_str());
+}
+
+// Buckets cover every gradient float exactly once, blocks from the last layer down, no bucket
+// larger than the cap unless one tensor range is, and the edge tensors last.
+TEST(GradBuckets, ReverseLayerOrderCoveringEverything) {
+  pt::ModelConfig m;
+  m.n_layer = 6;
+  m.n_head = 2;
+  m.d_model = 32;
+  m.seq_len = 16;
+  m.vocab_size = 64;
+  for (bool first : {true, false}) {
+    const pt::ParamLayout layout(m, pt::StageSpec{first, true, 1, 5});
+    for (std::size_t cap : {std::size_t{0}, std::size_t{5000}, std::size_t{30000}}) {
+      const auto buckets = pt::make_buckets(layout, cap);
+      std::vector<int> seen(layout.total(), 0);
+      int last_layer = 1 << 30;
+      bool edges = false;
+      for (const pt::GradBucket& b : buckets) {
+        if (cap > 0) {
+          EXPECT_LE(b.count, cap);
+        }
+        for (std::size_t i = b.offset; i < b.offset + b.count; ++i) ++seen[i];
+        if (b.ready_layer < 0) {
+          edges = true;
+        } else {
+          EXPECT_FALSE(edges) << "a block bucket after the edge buckets";
+          EXPECT_LE(b.ready_layer, last_layer);
+          last_layer = b.ready_layer;
+        }
+      }
+      for (const pt::ParamTensor& t : layout.tensors()) {
+        for (std::size_t i = t.offset; i < t.offset + t.size; ++i) {
+          ASSERT_EQ(seen[i], 1) << t.name << " element " << i - t.offset << " cap " << cap;
+        }
+      }
+      EXPECT_EQ(last_layer, 1);
+    }
+  }
+}
+
+} // namespace
