@@ -180,15 +180,6 @@ void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>&
   });
 }
 
-// Columns of the near-square grid torus2d uses: the largest divisor rows <= sqrt(p), p / rows.
-int grid_columns(int p) {
-  int rows = 1;
-  for (int d = 1; d * d <= p; ++d) {
-    if (p % d == 0) rows = d;
-  }
-  return p / rows;
-}
-
 // Floats per rank in the node's shared window: longer messages go through it in segments.
 constexpr std::size_t kShmSegment = std::size_t{1} << 20;
 

@@ -84,20 +84,23 @@ double rabenseifner_time(double n, const Shape& s, const Topology& t) {
   return time;
 }
 
+// Piecewise-linear through measured points (xs ascending): the first value below them, and
+// past the last one a line of the given slope.
+double interpolate(double x, const std::vector<double>& xs, const std::vector<double>& ys,
+                   double slope) {
+  if (x <= xs[0]) return ys[0];
+  for (std::size_t i = 1; i < xs.size(); ++i) {
+    if (x <= xs[i]) return ys[i - 1] + (x - xs[i - 1]) / (xs[i] - xs[i - 1]) * (ys[i] - ys[i - 1]);
+  }
+  return ys.back() + (x - xs.back()) * slope;
+}
+
 // hierarchical's node-local step through the shared window, g ranks: per segment three
 // barriers (a dissemination barrier: ceil(log2 g) exchanges of nothing), each rank copies its
 // n bytes in and the result out, and sums its n/g chunk over g copies
 double shm_node_time(double n, int g, const LinkCost& l) {
-  const std::size_t k = l.window_bytes.size();
-  if (k > 0) { // measured: interpolate, and continue linearly past the largest size
-    if (n <= l.window_bytes[0]) return l.window_s[0];
-    for (std::size_t i = 1; i < k; ++i) {
-      if (n <= l.window_bytes[i]) {
-        const double f = (n - l.window_bytes[i - 1]) / (l.window_bytes[i] - l.window_bytes[i - 1]);
-        return l.window_s[i - 1] + f * (l.window_s[i] - l.window_s[i - 1]);
-      }
-    }
-    return l.window_s[k - 1] * n / l.window_bytes[k - 1];
+  if (!l.window_bytes.empty()) { // measured; past the largest size, proportional to n
+    return interpolate(n, l.window_bytes, l.window_s, l.window_s.back() / l.window_bytes.back());
   }
   int rounds = 0;
   while ((1 << rounds) < g) ++rounds;
@@ -127,14 +130,6 @@ double two_level_time(double n, const Shape& s, int c, const Topology& t, bool w
     time += rabenseifner_time(n / c, col, tc);
   }
   return time;
-}
-
-int torus_columns(int p) {
-  int rows = 1;
-  for (int d = 1; d * d <= p; ++d) {
-    if (p % d == 0) rows = d;
-  }
-  return p / rows;
 }
 
 double number(const toml::table& tbl, const char* key, const std::string& where) {
@@ -196,17 +191,17 @@ LinkCost read_level(const toml::table& root, const char* level, const std::strin
 
 } // namespace
 
-double LinkCost::message(double bytes) const {
-  const std::size_t k = table_bytes.size();
-  if (k == 0) return alpha + bytes * beta;
-  if (bytes <= table_bytes[0]) return table_s[0];
-  for (std::size_t i = 1; i < k; ++i) {
-    if (bytes <= table_bytes[i]) {
-      const double f = (bytes - table_bytes[i - 1]) / (table_bytes[i] - table_bytes[i - 1]);
-      return table_s[i - 1] + f * (table_s[i] - table_s[i - 1]);
-    }
+int grid_columns(int p) {
+  int rows = 1;
+  for (int d = 1; d * d <= p; ++d) {
+    if (p % d == 0) rows = d;
   }
-  return table_s[k - 1] + (bytes - table_bytes[k - 1]) * beta;
+  return p / rows;
+}
+
+double LinkCost::message(double bytes) const {
+  if (table_bytes.empty()) return alpha + bytes * beta;
+  return interpolate(bytes, table_bytes, table_s, beta);
 }
 
 const char* algorithm_name(AllreduceAlgo algo) {
@@ -308,7 +303,7 @@ double modelled_time(AllreduceAlgo algo, double bytes, int p, int node_size, con
     if (s.g <= 1) return rabenseifner_time(bytes, s, t);
     return two_level_time(bytes, s, s.g, t, true);
   case AllreduceAlgo::torus2d: {
-    const int c = torus_columns(p);
+    const int c = grid_columns(p);
     if (c <= 1 || c >= p) return rabenseifner_time(bytes, s, t);
     return two_level_time(bytes, s, c, t, false);
   }

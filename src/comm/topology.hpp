@@ -69,4 +69,7 @@ AllreduceAlgo choose_algorithm(double bytes, int p, int node_size, const Topolog
 
 const char* algorithm_name(AllreduceAlgo algo);
 
+// Columns of the near-square grid torus2d uses: p / (the largest divisor of p <= sqrt(p)).
+int grid_columns(int p);
+
 } // namespace pt
