@@ -180,6 +180,17 @@ void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>&
   });
 }
 
+// Mean of the fastest 80% of the calls: a call or two that stalled (a descheduled rank) do not
+// decide, and a time that alternates between two levels is weighed by how often each occurs.
+double fast_mean(std::vector<double> v) {
+  if (v.empty()) return 1e30; // nothing measured: never the faster one
+  std::sort(v.begin(), v.end());
+  const std::size_t keep = std::max<std::size_t>(1, v.size() - v.size() / 5);
+  double s = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) s += v[i];
+  return s / static_cast<double>(keep);
+}
+
 // Floats per rank in the node's shared window: longer messages go through it in segments.
 constexpr std::size_t kShmSegment = std::size_t{1} << 20;
 
@@ -205,12 +216,23 @@ struct Allreducer::Groups {
   std::vector<float*> slot;   // every row rank's part of the window
 };
 
+struct Allreducer::Trial {
+  std::vector<AllreduceAlgo> cand;
+  std::vector<char> alive;
+  std::vector<std::vector<double>> calls; // seconds, timed rounds
+  std::vector<double> first;              // agreed times after the first timed round
+  int round = -1;                         // -1: the untimed round
+  int rounds = 3;                         // timed rounds
+  std::size_t next = 0;                   // candidate of the next call
+};
+
 Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt) : comm_(comm), opt_(std::move(opt)) {
   PT_MPI(MPI_Comm_rank(comm_, &rank_));
   PT_MPI(MPI_Comm_size(comm_, &size_));
 }
 
 Allreducer::~Allreducer() {
+  for (auto& [n, t] : trials_) delete t;
   for (auto& [c, g] : groups_) {
     if (g->win != MPI_WIN_NULL) {
       MPI_Win_unlock_all(g->win);
@@ -224,6 +246,7 @@ Allreducer::~Allreducer() {
 
 AllreduceAlgo Allreducer::algorithm_for(std::size_t n) const {
   if (opt_.algo) return *opt_.algo;
+  if (auto it = tuned_.find(n); it != tuned_.end()) return it->second.pick;
   if (n != last_n_) {
     last_algo_ = choose_algorithm(static_cast<double>(n) * sizeof(float), size_, opt_.node_size,
                                   opt_.topology);
@@ -251,9 +274,13 @@ Allreducer::Groups& Allreducer::groups(int c) {
 }
 
 // Node-local reduce-scatter and all-gather through the shared window, per segment of at most
-// kShmSegment floats: every rank copies its segment in; rank k sums chunk k over all ranks'
-// copies in rank order (the same bytes wherever it is computed), all-reduces it across the
-// column, and writes it into rank 0's copy; every rank copies the result out.
+// kShmSegment floats. Rank k owns chunk k: it copies every other chunk of its data into its part
+// of the window, sums chunk k over all ranks in rank order (its own data read in place, the same
+// operands and order wherever it is computed), all-reduces it across the column, and leaves it
+// in its part of the window; every rank then copies the other chunks out of their owners'
+// parts. Each rank writes only its own part, and no chunk is copied in and out by its owner: on
+// two ranks this moved a quarter fewer bytes across cores than funnelling every result through
+// rank 0's part, whose copy-in then ran 3-4x slower than the other rank's (docs/collectives.md).
 void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
   const Comm row(g.row), col(g.col);
   const std::size_t want = std::min(n, kShmSegment);
@@ -284,21 +311,25 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     PT_MPI(MPI_Win_sync(g.win));
   };
   const int q = row.size, me = row.rank;
-  if (tmp_.size() < want / static_cast<std::size_t>(q) + 1) {
-    tmp_.resize(want / static_cast<std::size_t>(q) + 1);
-  }
+  float* mine = g.slot[static_cast<std::size_t>(me)];
   for (std::size_t off = 0; off < n; off += want) {
     const std::size_t w = std::min(want, n - off);
-    std::memcpy(g.slot[static_cast<std::size_t>(me)], buf + off, w * sizeof(float));
-    sync();
+    float* seg = buf + off;
     const std::size_t b = chunk_begin(w, q, me), e = chunk_begin(w, q, me + 1);
-    float* acc = tmp_.data();
-    std::memcpy(acc, g.slot[0] + b, (e - b) * sizeof(float));
-    for (int r = 1; r < q; ++r) add(acc, g.slot[static_cast<std::size_t>(r)] + b, e - b);
-    if (col.size > 1) rabenseifner(acc, e - b, col, tmp2_);
-    std::memcpy(g.slot[0] + b, acc, (e - b) * sizeof(float));
+    std::memcpy(mine, seg, b * sizeof(float));
+    std::memcpy(mine + e, seg + e, (w - e) * sizeof(float));
     sync();
-    std::memcpy(buf + off, g.slot[0], w * sizeof(float));
+    auto part = [&](int r) { return r == me ? seg + b : g.slot[static_cast<std::size_t>(r)] + b; };
+    std::memcpy(mine + b, part(0), (e - b) * sizeof(float));
+    for (int r = 1; r < q; ++r) add(mine + b, part(r), e - b);
+    if (col.size > 1) rabenseifner(mine + b, e - b, col, tmp2_);
+    std::memcpy(seg + b, mine + b, (e - b) * sizeof(float));
+    sync();
+    for (int r = 0; r < q; ++r) {
+      if (r == me) continue;
+      const std::size_t rb = chunk_begin(w, q, r), re = chunk_begin(w, q, r + 1);
+      std::memcpy(seg + rb, g.slot[static_cast<std::size_t>(r)] + rb, (re - rb) * sizeof(float));
+    }
     sync(); // nobody overwrites the window before everyone has read it
   }
 }
@@ -326,10 +357,9 @@ void Allreducer::two_level(float* buf, std::size_t n, int c, bool node_local) {
   ring_all_gather(buf, n, row);
 }
 
-void Allreducer::sum(float* buf, std::size_t n) {
-  if (size_ == 1 || n == 0) return;
+void Allreducer::run(AllreduceAlgo algo, float* buf, std::size_t n) {
   const Comm cm(comm_);
-  switch (algorithm_for(n)) {
+  switch (algo) {
   case AllreduceAlgo::mpi:
     if (opt_.watchdog != nullptr) {
       opt_.watchdog->allreduce_sum(buf, static_cast<int>(n), MPI_FLOAT, comm_, opt_.what);
@@ -350,6 +380,131 @@ void Allreducer::sum(float* buf, std::size_t n) {
     return two_level(buf, n, c >= size_ ? 0 : c, false);
   }
   }
+}
+
+void Allreducer::sum(float* buf, std::size_t n) {
+  if (size_ == 1 || n == 0) return;
+  if (opt_.algo || !opt_.tune) return run(algorithm_for(n), buf, n);
+  if (n != watch_n_) { // the trainer repeats a few bucket sizes: keep the last one's entry
+    auto it = tuned_.find(n);
+    if (it == tuned_.end()) return tuning_call(buf, n);
+    watch_n_ = n;
+    watch_ = &it->second;
+  }
+  watched_call(buf, n, *watch_);
+}
+
+// auto after its measurement (TuneResult): the pick, challenged every 16th call; the call
+// before each challenge times the pick.
+void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
+  if (w.others.empty()) return run(w.pick, buf, n);
+  const std::size_t phase = w.calls++ % 16;
+  if (phase < 14) return run(w.pick, buf, n); // untimed: no overhead on short messages
+  const bool challenge = phase == 15;         // 14: the pick, timed, just before
+  const AllreduceAlgo other = w.others[w.turn % w.others.size()];
+  const double t0 = MPI_Wtime();
+  run(challenge ? other : w.pick, buf, n);
+  (challenge ? w.other_s : w.pick_s).push_back(MPI_Wtime() - t0);
+  if (w.calls % 64 != 0) return;
+  double t[2] = {fast_mean(w.pick_s), fast_mean(w.other_s)};
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm_));
+  if (t[1] < 0.97 * t[0]) {
+    w.others[w.turn % w.others.size()] = w.pick;
+    w.pick = other;
+    ++w.switches;
+  }
+  ++w.turn;
+  w.pick_s.clear();
+  w.other_s.clear();
+}
+
+bool Allreducer::settled(std::size_t n) const {
+  return opt_.algo || !opt_.tune || size_ == 1 || n == 0 || tuned_.count(n) != 0;
+}
+
+// The algorithms that run differently on this communicator: hierarchical only with whole nodes
+// of several ranks (and not one node reached by messages: that is a ring), torus2d only on a
+// grid of more than one row and column; otherwise both fall back to Rabenseifner.
+std::vector<AllreduceAlgo> Allreducer::distinct_algorithms() {
+  std::vector<AllreduceAlgo> out = {AllreduceAlgo::mpi, AllreduceAlgo::ring,
+                                    AllreduceAlgo::recursive_doubling, AllreduceAlgo::rabenseifner};
+  const int g = opt_.node_size;
+  if (g > 1 && g <= size_ && size_ % g == 0 && (g < size_ || groups(g).shared)) {
+    out.push_back(AllreduceAlgo::hierarchical);
+  }
+  const int c = grid_columns(size_);
+  if (c > 1 && c < size_) out.push_back(AllreduceAlgo::torus2d);
+  return out;
+}
+
+// auto's measurement of a new size, on the caller's own calls (STAR-MPI's approach: Faraj, Yuan
+// & Lowenthal, ICS 2006): successive calls run each distinct algorithm in turn, after a barrier.
+// An untimed round first (a first call sets up windows, sub-communicators and scratch), then a
+// timed round of all of them; those more than 1.5x behind the fastest drop out, and the others
+// get more rounds: as many as fit 50 ms of the fastest one's calls, 5 to 20 in all. Every rank
+// takes the mean of each candidate's fastest 80% of calls, the max over ranks decides, so all
+// ranks pick alike at the same call; the model's choice stays unless another is more than 3%
+// faster. Every call returns the exact sum; which algorithm rounded it differs between calls.
+void Allreducer::tuning_call(float* buf, std::size_t n) {
+  Trial*& tr = trials_[n];
+  if (tr == nullptr) {
+    tr = new Trial;
+    tr->cand = distinct_algorithms();
+    tr->alive.assign(tr->cand.size(), 1);
+    tr->calls.resize(tr->cand.size());
+  }
+  const std::size_t k = tr->cand.size(), c = tr->next;
+  PT_MPI(MPI_Barrier(comm_));
+  const double t0 = MPI_Wtime();
+  run(tr->cand[c], buf, n);
+  if (tr->round >= 0) tr->calls[c].push_back(MPI_Wtime() - t0);
+  tr->next = c + 1;
+  while (tr->next < k && !tr->alive[tr->next]) ++tr->next;
+  if (tr->next < k) return;
+  // end of a round: agree on each candidate's max-over-ranks median call
+  auto agree = [&] {
+    std::vector<double> med(k, 0.0);
+    for (std::size_t i = 0; i < k; ++i) {
+      std::vector<double> v = tr->calls[i];
+      if (!tr->alive[i] || v.empty()) continue;
+      med[i] = fast_mean(v);
+    }
+    PT_MPI(
+        MPI_Allreduce(MPI_IN_PLACE, med.data(), static_cast<int>(k), MPI_DOUBLE, MPI_MAX, comm_));
+    return med;
+  };
+  ++tr->round;
+  if (tr->round == 1) {
+    tr->first = agree();
+    const double best = *std::min_element(tr->first.begin(), tr->first.end());
+    for (std::size_t i = 0; i < k; ++i) tr->alive[i] = tr->first[i] <= 1.5 * best;
+    tr->rounds = std::clamp(static_cast<int>(0.05 / std::max(best, 1e-9)), 5, 20);
+  }
+  tr->next = 0;
+  while (!tr->alive[tr->next]) ++tr->next;
+  if (tr->round < tr->rounds) return;
+  const std::vector<double> med = agree();
+  TuneResult res;
+  res.model = choose_algorithm(static_cast<double>(n) * sizeof(float), size_, opt_.node_size,
+                               opt_.topology);
+  std::size_t best = k, model_k = k;
+  for (std::size_t i = 0; i < k; ++i) {
+    const double t = tr->alive[i] ? med[i] : tr->first[i];
+    res.seconds.emplace_back(tr->cand[i], t);
+    if (tr->alive[i] && (best == k || t < res.seconds[best].second)) best = i;
+    if (tr->cand[i] == res.model) model_k = i;
+  }
+  res.pick = tr->cand[best];
+  if (model_k < k && tr->alive[model_k] &&
+      res.seconds[model_k].second <= 1.03 * res.seconds[best].second) {
+    res.pick = res.model;
+  }
+  for (std::size_t i = 0; i < k; ++i) {
+    if (tr->alive[i] && tr->cand[i] != res.pick) res.others.push_back(tr->cand[i]);
+  }
+  tuned_[n] = std::move(res);
+  delete tr;
+  trials_.erase(n);
 }
 
 void allreduce_sum(float* buf, std::size_t n, MPI_Comm comm, AllreduceAlgo algo, int node_size) {

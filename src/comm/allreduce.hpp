@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/topology.hpp"
@@ -28,12 +29,33 @@ class Watchdog;
 std::optional<AllreduceAlgo> parse_allreduce(const std::string& name);
 
 struct AllreduceOptions {
-  std::optional<AllreduceAlgo> algo; // nullopt: auto, by the topology model per message size
+  std::optional<AllreduceAlgo> algo; // nullopt: auto (the model's choice, or measured: tune)
   int node_size = 0;                 // ranks per node, consecutive ranks; 0 or 1: one per node
   Topology topology = topology_preset("fat-tree");
   bool shared_memory = true; // hierarchical: node-local step through an MPI-3 shared window
+  // auto: the first calls of each size try every distinct algorithm (MPI_Allreduce included)
+  // in turn, timed, and the fastest is kept (comm.autotune); false: the model alone decides
+  bool tune = true;
   const Watchdog* watchdog = nullptr;  // "mpi": MPI_Allreduce under the hang watchdog
   std::string what = "the all-reduce"; // for the watchdog's message
+};
+
+// What auto's measurement found for one message size: every candidate's time (max over ranks of
+// its mean fastest-80% call; one far behind after the first timed round keeps that round's time)
+// and the pick. The model's choice wins near-ties (within 3%).
+// Afterwards every 16th call runs one of the other candidates that stayed within 1.5x, the
+// same one for 64 calls, and the call before it times the pick; the challenger replaces the
+// pick when its calls were more than 3% faster (a machine whose cross-core or network cost
+// drifts changes its fastest algorithm).
+struct TuneResult {
+  AllreduceAlgo pick = AllreduceAlgo::ring;
+  AllreduceAlgo model = AllreduceAlgo::ring;
+  std::vector<std::pair<AllreduceAlgo, double>> seconds;
+  std::vector<AllreduceAlgo> others; // challengers, in turn
+  int switches = 0;                  // picks replaced since the measurement
+  // the watch in progress
+  std::size_t calls = 0, turn = 0;
+  std::vector<double> pick_s, other_s;
 };
 
 // In-place sums over one communicator. Keeps what repeated calls need: scratch memory, the
@@ -48,8 +70,13 @@ public:
   Allreducer& operator=(const Allreducer&) = delete;
 
   void sum(float* buf, std::size_t n);
-  // The algorithm sum() runs for n floats (auto: the model's choice).
+  // The algorithm sum() runs for n floats (auto: measured once sum() has seen n, else the
+  // model's choice).
   AllreduceAlgo algorithm_for(std::size_t n) const;
+  // auto with tune: what the measurement found, per size in floats.
+  const std::map<std::size_t, TuneResult>& tuned() const { return tuned_; }
+  // False while auto is still trying algorithms for n (every rank agrees at every call).
+  bool settled(std::size_t n) const;
   int size() const { return size_; }
   // True when hierarchical's node-local step ran through the shared-memory window.
   bool used_shared_memory() const { return used_shm_; }
@@ -59,6 +86,11 @@ private:
   Groups& groups(int c);
   void two_level(float* buf, std::size_t n, int c, bool node_local);
   void shm_two_level(float* buf, std::size_t n, Groups& g);
+  void run(AllreduceAlgo algo, float* buf, std::size_t n);
+  std::vector<AllreduceAlgo> distinct_algorithms();
+  struct Trial; // auto's measurement in progress for one size
+  void tuning_call(float* buf, std::size_t n);
+  void watched_call(float* buf, std::size_t n, TuneResult& w);
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
@@ -66,6 +98,10 @@ private:
   std::vector<float> tmp_, tmp2_; // scratch kept between calls
   std::map<int, Groups*> groups_;
   bool used_shm_ = false;
+  std::map<std::size_t, TuneResult> tuned_;
+  std::map<std::size_t, Trial*> trials_;
+  std::size_t watch_n_ = 0; // the last measured size sum() saw, and its entry
+  TuneResult* watch_ = nullptr;
   // auto: the last size's choice (the trainer repeats a few bucket sizes)
   mutable std::size_t last_n_ = 0;
   mutable AllreduceAlgo last_algo_ = AllreduceAlgo::ring;

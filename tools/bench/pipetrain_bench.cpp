@@ -4,12 +4,19 @@
 //   build/pipetrain-bench simulate --nodes N [--ranks-per-node G] [--topology T | --calibration F]
 //   mpirun -np P build/pipetrain-bench calibrate [--out calibration.toml] [--ranks-per-node N]
 // allreduce: OSU-style (each call timed alone between barriers; avg/min/max over ranks of each
-// rank's mean) for MPI_Allreduce, every comm.allreduce algorithm and "auto", interleaved call by
-// call so that drift on a shared machine hits all columns alike; algbw = bytes/time, busbw =
-// algbw * 2(p-1)/p (nccl-tests), ratio = time / MPI_Allreduce's time from the same run.
-// simulate: the topology model's time of each algorithm on a machine of N nodes, next to the
-// bandwidth bound. calibrate: measures alpha, beta (MPI_Sendrecv exchanges) inside a node and
-// between nodes, and gamma (float32 sums), and writes the TOML that comm.calibration reads.
+// rank's mean) for MPI_Allreduce, every comm.allreduce algorithm, "auto" (measured choice),
+// "model" (auto with comm.autotune = false) and MPI_Allreduce again (the run's noise floor),
+// interleaved call by call so that drift on a shared machine hits all columns alike. Each rank
+// rewrites its buffer before every call, as the backward writes the gradients, so no column
+// inherits the cache state another one left (a call that follows the same algorithm measured up
+// to 30% slower without it), and the order of the columns rotates from one round to the next.
+// t90 = max over ranks of the mean of each rank's fastest 90% of calls: a stalled call (a
+// descheduled rank) moves a mean of 10 calls by 2x, and a median flips between two levels a
+// time alternates between; algbw, busbw (nccl-tests: algbw * 2(p-1)/p) and vs_mpi (time /
+// MPI_Allreduce's) use t90. simulate: the topology model's time of each algorithm on N nodes,
+// next to the bandwidth bound. calibrate: measures alpha, beta (MPI_Sendrecv exchanges) inside a
+// node and between nodes, and gamma (float32 sums), and writes the TOML that comm.calibration
+// reads.
 #include <mpi.h>
 
 #include <algorithm>
@@ -99,71 +106,101 @@ int bench_allreduce(const Args& a) {
     std::unique_ptr<pt::Allreducer> red;
   };
   std::vector<Column> cols;
-  for (const char* name :
-       {"mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical", "torus2d", "auto"}) {
+  for (const char* name : {"mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical",
+                           "torus2d", "auto", "model", "mpi-again"}) {
     pt::AllreduceOptions opt;
-    opt.algo = pt::parse_allreduce(name);
+    std::string deck_name = name;
+    if (deck_name == "model") deck_name = "auto";
+    if (deck_name == "mpi-again") deck_name = "mpi";
+    opt.algo = pt::parse_allreduce(deck_name);
+    opt.tune = std::string(name) == "auto";
     opt.node_size = g;
     opt.topology = topo;
     cols.push_back({name, std::make_unique<pt::Allreducer>(MPI_COMM_WORLD, opt)});
   }
   const std::size_t nc = cols.size();
+  const std::size_t n_algos = nc - 4; // ring .. torus2d: columns 1 .. n_algos
+  const std::size_t k_auto = nc - 3, k_model = nc - 2, k_again = nc - 1;
   if (rank == 0) {
     std::printf("# pipetrain-bench allreduce: float32 sum, %d ranks, %d per node, topology model "
-                "%s\n# time: mean over calls on each rank, then avg/min/max over ranks; busbw = "
-                "algbw * 2(p-1)/p; vs_mpi = avg time / MPI_Allreduce avg time\n",
+                "%s\n# avg/min/max: each rank's mean call, over ranks; t90: max over ranks of the "
+                "mean of each rank's fastest 90%% of calls; algbw, busbw = algbw * 2(p-1)/p and "
+                "vs_mpi (time / MPI_Allreduce's) from t90\n",
                 p, g, topo.name.c_str());
-    std::printf("%12s %-20s %11s %11s %11s %11s %11s %8s\n", "bytes", "algorithm", "avg_us",
-                "min_us", "max_us", "algbw_GB/s", "busbw_GB/s", "vs_mpi");
+    std::printf("%12s %-20s %11s %11s %11s %11s %11s %11s %8s\n", "bytes", "algorithm", "avg_us",
+                "min_us", "max_us", "t90_us", "algbw_GB/s", "busbw_GB/s", "vs_mpi");
   }
   struct Row {
     double bytes;
     std::vector<double> ratio;
-    std::string auto_pick;
+    std::string auto_pick, model_pick;
   };
   std::vector<Row> rows;
   std::vector<float> buf;
   for (double bytes = min_bytes; bytes <= max_bytes * 1.0000001; bytes *= 2) {
     const std::size_t n = static_cast<std::size_t>(bytes) / sizeof(float);
     buf.assign(n, 0.0f); // sums of zeros stay finite over any number of calls
-    // two warm-up rounds (the first allocates scratch, windows and sub-communicators); the
-    // second's mean time per call sets the number of timed calls
+    // warm-up rounds of every column as the timed ones run (the first allocates scratch,
+    // windows and sub-communicators), at least two and until auto has measured its choice;
+    // the last one's mean time per call sets the number of timed calls
     double est = 0.0;
-    for (int round = 0; round < 2; ++round) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = MPI_Wtime();
-      for (Column& c : cols) c.red->sum(buf.data(), n);
-      est = (MPI_Wtime() - t0) / static_cast<double>(nc);
+    const pt::Allreducer& tuned = *cols[k_auto].red;
+    for (int round = 0; round < 2 || !tuned.settled(n); ++round) {
+      double t = 0.0;
+      for (Column& c : cols) {
+        std::memset(buf.data(), 0, n * sizeof(float));
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        c.red->sum(buf.data(), n);
+        t += MPI_Wtime() - t0;
+      }
+      est = t / static_cast<double>(nc);
     }
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &est, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     const int iters = std::clamp(static_cast<int>(seconds / std::max(est, 1e-7)), 10, 5000);
-    std::vector<double> sum(nc, 0.0);
+    std::vector<std::vector<double>> calls(nc);
     for (int it = 0; it < iters; ++it) {
-      for (std::size_t k = 0; k < nc; ++k) {
-        MPI_Barrier(MPI_COMM_WORLD);
+      for (std::size_t j = 0; j < nc; ++j) {
+        const std::size_t k = (j + static_cast<std::size_t>(it)) % nc; // each column in turn
+        std::memset(buf.data(), 0, n * sizeof(float)); // fresh in this rank's cache, as after
+        MPI_Barrier(MPI_COMM_WORLD);                   // a backward, whatever ran before
         const double t0 = MPI_Wtime();
         cols[k].red->sum(buf.data(), n);
-        sum[k] += MPI_Wtime() - t0;
+        calls[k].push_back(MPI_Wtime() - t0);
       }
     }
-    std::vector<double> mean(nc), lo(nc), hi(nc);
-    for (std::size_t k = 0; k < nc; ++k) mean[k] = sum[k] / iters;
+    std::vector<double> mean(nc), lo(nc), hi(nc), t90(nc);
+    for (std::size_t k = 0; k < nc; ++k) {
+      std::vector<double>& v = calls[k];
+      double total = 0.0;
+      for (double x : v) total += x;
+      mean[k] = total / iters;
+      std::sort(v.begin(), v.end()); // the fastest 90% of the calls
+      const std::size_t keep = v.size() - v.size() / 10;
+      t90[k] = 0.0;
+      for (std::size_t i = 0; i < keep; ++i) t90[k] += v[i] / static_cast<double>(keep);
+    }
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t90.data(), static_cast<int>(nc), MPI_DOUBLE, MPI_MAX,
+                         MPI_COMM_WORLD));
     PT_MPI(MPI_Allreduce(mean.data(), lo.data(), static_cast<int>(nc), MPI_DOUBLE, MPI_MIN,
                          MPI_COMM_WORLD));
     PT_MPI(MPI_Allreduce(mean.data(), hi.data(), static_cast<int>(nc), MPI_DOUBLE, MPI_MAX,
                          MPI_COMM_WORLD));
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, mean.data(), static_cast<int>(nc), MPI_DOUBLE, MPI_SUM,
                          MPI_COMM_WORLD));
-    Row row{static_cast<double>(n * sizeof(float)), {}, {}};
-    row.auto_pick = pt::algorithm_name(cols.back().red->algorithm_for(n));
+    Row row{static_cast<double>(n * sizeof(float)), {}, {}, {}};
+    row.auto_pick = pt::algorithm_name(cols[k_auto].red->algorithm_for(n));
+    row.model_pick = pt::algorithm_name(cols[k_model].red->algorithm_for(n));
     for (std::size_t k = 0; k < nc; ++k) {
       const double avg = mean[k] / p;
-      const double algbw = row.bytes / avg / 1e9;
-      row.ratio.push_back(avg / (mean[0] / p));
+      const double algbw = row.bytes / t90[k] / 1e9;
+      row.ratio.push_back(t90[k] / t90[0]);
       if (rank == 0) {
-        const std::string name = cols[k].name == "auto" ? "auto=" + row.auto_pick : cols[k].name;
-        std::printf("%12.0f %-20s %11.2f %11.2f %11.2f %11.3f %11.3f %8.2f\n", row.bytes,
-                    name.c_str(), avg * 1e6, lo[k] * 1e6, hi[k] * 1e6, algbw,
+        std::string name = cols[k].name;
+        if (k == k_auto) name += "=" + row.auto_pick;
+        if (k == k_model) name += "=" + row.model_pick;
+        std::printf("%12.0f %-20s %11.2f %11.2f %11.2f %11.2f %11.3f %11.3f %8.2f\n", row.bytes,
+                    name.c_str(), avg * 1e6, lo[k] * 1e6, hi[k] * 1e6, t90[k] * 1e6, algbw,
                     algbw * 2.0 * (p - 1) / p, row.ratio.back());
       }
     }
@@ -171,26 +208,32 @@ int bench_allreduce(const Args& a) {
     rows.push_back(row);
   }
   if (rank == 0) {
-    std::printf("\n# summary: time / MPI_Allreduce time; best = fastest of ours; auto/best: "
-                "auto's time over the fastest column (MPI included)\n%10s",
+    std::printf("\n# summary: time / MPI_Allreduce's; best = fastest of ours; auto and model: "
+                "their time over the fastest column (MPI_Allreduce included); noise: the second "
+                "MPI_Allreduce column over the first\n%10s",
                 "bytes");
-    for (std::size_t k = 1; k + 1 < nc; ++k) std::printf(" %9.9s", cols[k].name.c_str());
-    std::printf(" %9s %9s %-18s %9s\n", "best", "auto", "auto picks", "auto/best");
-    double worst = 0.0;
+    for (std::size_t k = 1; k <= n_algos; ++k) std::printf(" %9.9s", cols[k].name.c_str());
+    std::printf(" %9s %9s %-18s %9s %-18s %9s %6s\n", "best", "auto", "auto picks", "auto/best",
+                "model picks", "model/best", "noise");
+    double worst = 0.0, worst_model = 0.0, worst_noise = 0.0;
     for (const Row& r : rows) {
       std::printf("%10s", human(r.bytes).c_str());
-      double best = 1e30, best_all = 1.0;
-      for (std::size_t k = 1; k + 1 < nc; ++k) {
+      double best = 1e30;
+      for (std::size_t k = 1; k <= n_algos; ++k) {
         std::printf(" %9.2f", r.ratio[k]);
         best = std::min(best, r.ratio[k]);
       }
-      best_all = std::min(best, 1.0);
-      const double rel = r.ratio[nc - 1] / best_all;
+      const double best_all = std::min(best, 1.0);
+      const double rel = r.ratio[k_auto] / best_all, rel_model = r.ratio[k_model] / best_all;
       worst = std::max(worst, rel);
-      std::printf(" %9.2f %9.2f %-18s %9.2f\n", best, r.ratio[nc - 1], r.auto_pick.c_str(), rel);
+      worst_model = std::max(worst_model, rel_model);
+      worst_noise = std::max(worst_noise, std::max(r.ratio[k_again], 1.0 / r.ratio[k_again]));
+      std::printf(" %9.2f %9.2f %-18s %9.2f %-18s %9.2f %6.2f\n", best, r.ratio[k_auto],
+                  r.auto_pick.c_str(), rel, r.model_pick.c_str(), rel_model, r.ratio[k_again]);
     }
-    std::printf("# auto is within %.0f%% of the fastest column at every size\n",
-                (worst - 1.0) * 100.0);
+    std::printf("# auto is within %.0f%% of the fastest column at every size (model alone: "
+                "%.0f%%); the same MPI_Allreduce timed twice differs by up to %.0f%%\n",
+                (worst - 1.0) * 100.0, (worst_model - 1.0) * 100.0, (worst_noise - 1.0) * 100.0);
   }
   return 0;
 }
