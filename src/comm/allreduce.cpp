@@ -441,7 +441,8 @@ std::vector<AllreduceAlgo> Allreducer::distinct_algorithms() {
 // & Lowenthal, ICS 2006): successive calls run each distinct algorithm in turn, after a barrier.
 // An untimed round first (a first call sets up windows, sub-communicators and scratch), then a
 // timed round of all of them; those more than 1.5x behind the fastest drop out, and the others
-// get more rounds: as many as fit 50 ms of the fastest one's calls, 5 to 20 in all. Every rank
+// get more rounds: as many as fit 20 ms of the fastest one's calls, 3 to 10 in all (a trainer
+// calls each bucket size once per step: at most 6 x 11 steps). Every rank
 // takes the mean of each candidate's fastest 80% of calls, the max over ranks decides, so all
 // ranks pick alike at the same call; the model's choice stays unless another is more than 3%
 // faster. Every call returns the exact sum; which algorithm rounded it differs between calls.
@@ -478,7 +479,7 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
     tr->first = agree();
     const double best = *std::min_element(tr->first.begin(), tr->first.end());
     for (std::size_t i = 0; i < k; ++i) tr->alive[i] = tr->first[i] <= 1.5 * best;
-    tr->rounds = std::clamp(static_cast<int>(0.05 / std::max(best, 1e-9)), 5, 20);
+    tr->rounds = std::clamp(static_cast<int>(0.02 / std::max(best, 1e-9)), 3, 10);
   }
   tr->next = 0;
   while (!tr->alive[tr->next]) ++tr->next;

@@ -28,7 +28,9 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
         "grad_clip", "beta1", "beta2", "eps", "seed"}},
       {"data", {"path", "val_path", "val_every", "val_batches"}},
       {"checkpoint", {"dir", "every", "keep", "resume"}},
-      {"comm", {"allreduce", "topology", "calibration", "bucket_mb", "overlap", "ranks_per_node"}},
+      {"comm",
+       {"allreduce", "autotune", "topology", "calibration", "bucket_mb", "overlap",
+        "ranks_per_node"}},
       {"device", {"kind", "blas_threads"}},
       {"log", {"every", "dir", "trace"}},
       {"runtime", {"hang_timeout_s", "deterministic", "exit_after_steps"}},
@@ -377,6 +379,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.comm.allreduce = r.get_string(
       "comm", "allreduce", "auto",
       {"auto", "mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical", "torus2d"});
+  c.comm.autotune = r.get_bool("comm", "autotune", true);
   c.comm.topology =
       r.get_string("comm", "topology", "auto", {"auto", "flat", "fat-tree", "tianhe"});
   c.comm.calibration = r.get_string("comm", "calibration", "");

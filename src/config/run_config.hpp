@@ -61,6 +61,7 @@ struct CheckpointConfig {
 
 struct CommConfig {
   std::string allreduce = "auto";
+  bool autotune = true;          // auto: measure the algorithms on the first calls of each size
   std::string topology = "auto"; // auto | flat | fat-tree | tianhe
   std::string calibration;       // a `pipetrain-bench calibrate` file (topology auto)
   double bucket_mb = 25.0;

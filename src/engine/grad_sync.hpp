@@ -58,6 +58,8 @@ public:
   // Launches what is left, waits for all buckets, resets for the next step.
   void finish(GradSyncStats& stats);
   const std::string& mode() const { return mode_; }
+  // The bucket reducer (none in poll mode, which uses MPI_Iallreduce).
+  const Allreducer* reducer() const { return reducer_.get(); }
 
 private:
   void launch(std::size_t b);

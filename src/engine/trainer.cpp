@@ -124,6 +124,7 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
   const CommConfig& cc = cfg.comm;
   AllreduceOptions opt;
   opt.algo = parse_allreduce(cc.allreduce);
+  opt.tune = cc.autotune;
   // the dp group's ranks per node (a node holds ranks_on_node / (pp*tp) replicas of a stage)
   opt.node_size = std::max(1, layout.ranks_on_node() / (layout.pp() * layout.tp()));
   const int nodes = std::max(1, layout.dp() / opt.node_size);
@@ -165,7 +166,9 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
                          : (std::string(" (") +
                             algorithm_name(
                                 choose_algorithm(bytes, layout.dp(), opt.node_size, opt.topology)) +
-                            " for the largest bucket)")
+                            (cc.autotune ? " by the model for the largest bucket, measured "
+                                           "on the first steps)"
+                                         : " for the largest bucket)"))
                                .c_str(),
                 layout.dp(), nodes, opt.topology.name.c_str(), buckets, bytes / 1048576.0,
                 cc.overlap.c_str());
@@ -530,6 +533,23 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
                   "%d bucket(s) started during the backward\n",
                   cfg.comm.overlap.c_str(), 1e3 * comm_total.exposed_s / run_steps,
                   1e3 * comm_total.busy_s / run_steps, early);
+      std::fflush(stdout);
+    }
+    if (root && syncs.front()->reducer() != nullptr) { // auto's measured choices (rank 0's group)
+      for (const auto& [n, tr] : syncs.front()->reducer()->tuned()) {
+        std::printf("dp all-reduce auto, %.1f KiB: %s (model: %s; measured", n * 4.0 / 1024.0,
+                    algorithm_name(tr.pick), algorithm_name(tr.model));
+        for (const auto& [algo, sec] : tr.seconds) {
+          std::printf(" %s %.1f us", algorithm_name(algo), sec * 1e6);
+        }
+        std::printf("; %d later switch(es))\n", tr.switches);
+      }
+      if (syncs.front()->reducer()->tuned().empty() && cfg.comm.allreduce == "auto" &&
+          cfg.comm.autotune) {
+        std::printf("dp all-reduce auto: still measuring after %d step(s) (up to 66 calls of "
+                    "each bucket size, one per step)\n",
+                    run_steps);
+      }
       std::fflush(stdout);
     }
   }

@@ -1,6 +1,8 @@
 // Every all-reduce algorithm against MPI_Allreduce on integer-valued float data (exact in any
 // summation order), counts 0, 1, p-1, odd and large, in place; hierarchical with emulated node
-// sizes (node-local step through the MPI-3 shared window and through messages), and auto.
+// sizes (node-local step through the MPI-3 shared window and through messages), and auto:
+// exact on every call while it measures and afterwards while it challenges its pick, settled
+// within a bounded number of calls, with the same pick on every rank.
 // Prints "N passed, 0 failed" on rank 0; exit code 1 on any mismatch.
 #include <mpi.h>
 
@@ -65,6 +67,68 @@ int main(int argc, char** argv) {
         shm_runs += red.used_shared_memory() ? 1 : 0;
       }
     }
+  }
+  // auto's measurement and watch: 300 calls per size, each checked
+  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{100003}}) {
+    pt::AllreduceOptions opt;
+    opt.node_size = size % 2 == 0 ? 2 : 0;
+    opt.topology = pt::topology_preset("node");
+    pt::Allreducer red(MPI_COMM_WORLD, opt);
+    int settled_at = -1, bad_calls = 0;
+    for (int call = 0; call < 300; ++call) {
+      std::vector<float> want(n), got(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        want[i] = got[i] =
+            static_cast<float>((rank * 17 + call * 5 + static_cast<int>(i % 89)) % 1000);
+      }
+      MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+      red.sum(got.data(), n);
+      bad_calls += std::memcmp(want.data(), got.data(), n * sizeof(float)) != 0;
+      if (settled_at < 0 && red.settled(n)) settled_at = call;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &bad_calls, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    // 6 candidates at most: an untimed round and up to 10 timed ones
+    const bool in_time = settled_at >= 0 && settled_at < 6 * 11;
+    const auto it = red.tuned().find(n);
+    int pick = it == red.tuned().end() ? -1 : static_cast<int>(it->second.pick);
+    int lo = pick, hi = pick;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    bool measured = false; // the pick is a measured candidate
+    for (const auto& [algo, sec] :
+         it == red.tuned().end() ? decltype(it->second.seconds){} : it->second.seconds) {
+      measured = measured || (static_cast<int>(algo) == pick && sec > 0.0);
+    }
+    // one rank: nothing to measure, settled from the start
+    const bool alone_ok = size == 1 && settled_at == 0 && pick < 0;
+    if (bad_calls == 0 && (alone_ok || (in_time && lo == hi && pick >= 0 && measured))) {
+      ++passed;
+    } else {
+      ++failed;
+      if (rank == 0) {
+        std::printf("FAIL: auto n %zu: %d inexact calls, settled at call %d, picks %d..%d%s\n", n,
+                    bad_calls, settled_at, lo, hi, measured ? "" : ", pick not measured");
+      }
+    }
+    if (rank == 0 && pick >= 0) {
+      std::printf("auto n %zu: settled at call %d, picks %s, %d switch(es)\n", n, settled_at,
+                  pt::algorithm_name(it->second.pick), it->second.switches);
+    }
+  }
+  // comm.autotune = false: the model decides, nothing is measured
+  {
+    pt::AllreduceOptions opt;
+    opt.tune = false;
+    opt.topology = pt::topology_preset("node");
+    pt::Allreducer red(MPI_COMM_WORLD, opt);
+    std::vector<float> v(1000, 1.0f);
+    red.sum(v.data(), v.size());
+    const bool ok = red.settled(v.size()) && red.tuned().empty() && v[0] == size &&
+                    red.algorithm_for(v.size()) ==
+                        pt::choose_algorithm(4000.0, size, 0, pt::topology_preset("node"));
+    ok ? ++passed : ++failed;
+    if (!ok && rank == 0) std::printf("FAIL: auto without tuning\n");
   }
   if (rank == 0) std::printf("%d configurations used the shared-memory window\n", shm_runs);
   if (rank == 0) std::printf("%d passed, %d failed\n", passed, failed);
