@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -180,21 +181,19 @@ void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>&
   });
 }
 
-// Mean of the fastest 80% of the calls: a call or two that stalled (a descheduled rank) do not
-// decide, and a time that alternates between two levels is weighed by how often each occurs.
-double fast_mean(std::vector<double> v) {
-  if (v.empty()) return 1e30; // nothing measured: never the faster one
-  std::sort(v.begin(), v.end());
-  const std::size_t keep = std::max<std::size_t>(1, v.size() - v.size() / 5);
-  double s = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) s += v[i];
-  return s / static_cast<double>(keep);
-}
-
 // Floats per rank in the node's shared window: longer messages go through it in segments.
 constexpr std::size_t kShmSegment = std::size_t{1} << 20;
 
 } // namespace
+
+double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in) {
+  if (seconds.empty()) return 1e30; // nothing measured: never the faster one
+  std::sort(seconds.begin(), seconds.end());
+  const std::size_t keep = std::max<std::size_t>(1, seconds.size() - seconds.size() / drop_one_in);
+  double s = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) s += seconds[i];
+  return s / static_cast<double>(keep);
+}
 
 std::optional<AllreduceAlgo> parse_allreduce(const std::string& name) {
   if (name == "auto") return std::nullopt;
@@ -232,7 +231,6 @@ Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt) : comm_(comm), opt_(
 }
 
 Allreducer::~Allreducer() {
-  for (auto& [n, t] : trials_) delete t;
   for (auto& [c, g] : groups_) {
     if (g->win != MPI_WIN_NULL) {
       MPI_Win_unlock_all(g->win);
@@ -406,7 +404,7 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
   run(challenge ? other : w.pick, buf, n);
   (challenge ? w.other_s : w.pick_s).push_back(MPI_Wtime() - t0);
   if (w.calls % 64 != 0) return;
-  double t[2] = {fast_mean(w.pick_s), fast_mean(w.other_s)};
+  double t[2] = {mean_of_fastest(w.pick_s, 5), mean_of_fastest(w.other_s, 5)};
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm_));
   if (t[1] < 0.97 * t[0]) {
     w.others[w.turn % w.others.size()] = w.pick;
@@ -447,9 +445,9 @@ std::vector<AllreduceAlgo> Allreducer::distinct_algorithms() {
 // ranks pick alike at the same call; the model's choice stays unless another is more than 3%
 // faster. Every call returns the exact sum; which algorithm rounded it differs between calls.
 void Allreducer::tuning_call(float* buf, std::size_t n) {
-  Trial*& tr = trials_[n];
-  if (tr == nullptr) {
-    tr = new Trial;
+  std::unique_ptr<Trial>& tr = trials_[n];
+  if (!tr) {
+    tr = std::make_unique<Trial>();
     tr->cand = distinct_algorithms();
     tr->alive.assign(tr->cand.size(), 1);
     tr->calls.resize(tr->cand.size());
@@ -462,13 +460,11 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   tr->next = c + 1;
   while (tr->next < k && !tr->alive[tr->next]) ++tr->next;
   if (tr->next < k) return;
-  // end of a round: agree on each candidate's max-over-ranks median call
+  // end of a round: agree on each candidate's time (max over ranks of its fastest 80% of calls)
   auto agree = [&] {
     std::vector<double> med(k, 0.0);
     for (std::size_t i = 0; i < k; ++i) {
-      std::vector<double> v = tr->calls[i];
-      if (!tr->alive[i] || v.empty()) continue;
-      med[i] = fast_mean(v);
+      if (tr->alive[i] && !tr->calls[i].empty()) med[i] = mean_of_fastest(tr->calls[i], 5);
     }
     PT_MPI(
         MPI_Allreduce(MPI_IN_PLACE, med.data(), static_cast<int>(k), MPI_DOUBLE, MPI_MAX, comm_));
@@ -504,7 +500,6 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
     if (tr->alive[i] && tr->cand[i] != res.pick) res.others.push_back(tr->cand[i]);
   }
   tuned_[n] = std::move(res);
-  delete tr;
   trials_.erase(n);
 }
 

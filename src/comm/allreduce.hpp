@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -39,6 +40,11 @@ struct AllreduceOptions {
   const Watchdog* watchdog = nullptr;  // "mpi": MPI_Allreduce under the hang watchdog
   std::string what = "the all-reduce"; // for the watchdog's message
 };
+
+// Mean of the fastest calls, dropping the slowest size/drop_one_in of them (at least one is
+// kept; none measured: 1e30): a stalled call or two (a descheduled rank) do not decide, and a
+// time that alternates between two levels is weighed by how often each occurs.
+double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 
 // What auto's measurement found for one message size: every candidate's time (max over ranks of
 // its mean fastest-80% call; one far behind after the first timed round keeps that round's time)
@@ -99,7 +105,7 @@ private:
   std::map<int, Groups*> groups_;
   bool used_shm_ = false;
   std::map<std::size_t, TuneResult> tuned_;
-  std::map<std::size_t, Trial*> trials_;
+  std::map<std::size_t, std::unique_ptr<Trial>> trials_;
   std::size_t watch_n_ = 0; // the last measured size sum() saw, and its entry
   TuneResult* watch_ = nullptr;
   // auto: the last size's choice (the trainer repeats a few bucket sizes)

@@ -96,9 +96,10 @@ int main(int argc, char** argv) {
     MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     bool measured = false; // the pick is a measured candidate
-    for (const auto& [algo, sec] :
-         it == red.tuned().end() ? decltype(it->second.seconds){} : it->second.seconds) {
-      measured = measured || (static_cast<int>(algo) == pick && sec > 0.0);
+    if (it != red.tuned().end()) {
+      for (const auto& [algo, sec] : it->second.seconds) {
+        measured = measured || (static_cast<int>(algo) == pick && sec > 0.0);
+      }
     }
     // one rank: nothing to measure, settled from the start
     const bool alone_ok = size == 1 && settled_at == 0 && pick < 0;

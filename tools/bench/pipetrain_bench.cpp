@@ -143,17 +143,18 @@ int bench_allreduce(const Args& a) {
     // warm-up rounds of every column as the timed ones run (the first allocates scratch,
     // windows and sub-communicators), at least two and until auto has measured its choice;
     // the last one's mean time per call sets the number of timed calls
+    auto time_call = [&](std::size_t k) {
+      std::memset(buf.data(), 0, n * sizeof(float)); // fresh in this rank's cache, as after
+      MPI_Barrier(MPI_COMM_WORLD);                   // a backward, whatever ran before
+      const double t0 = MPI_Wtime();
+      cols[k].red->sum(buf.data(), n);
+      return MPI_Wtime() - t0;
+    };
     double est = 0.0;
     const pt::Allreducer& tuned = *cols[k_auto].red;
     for (int round = 0; round < 2 || !tuned.settled(n); ++round) {
       double t = 0.0;
-      for (Column& c : cols) {
-        std::memset(buf.data(), 0, n * sizeof(float));
-        MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = MPI_Wtime();
-        c.red->sum(buf.data(), n);
-        t += MPI_Wtime() - t0;
-      }
+      for (std::size_t k = 0; k < nc; ++k) t += time_call(k);
       est = t / static_cast<double>(nc);
     }
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &est, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
@@ -162,23 +163,15 @@ int bench_allreduce(const Args& a) {
     for (int it = 0; it < iters; ++it) {
       for (std::size_t j = 0; j < nc; ++j) {
         const std::size_t k = (j + static_cast<std::size_t>(it)) % nc; // each column in turn
-        std::memset(buf.data(), 0, n * sizeof(float)); // fresh in this rank's cache, as after
-        MPI_Barrier(MPI_COMM_WORLD);                   // a backward, whatever ran before
-        const double t0 = MPI_Wtime();
-        cols[k].red->sum(buf.data(), n);
-        calls[k].push_back(MPI_Wtime() - t0);
+        calls[k].push_back(time_call(k));
       }
     }
     std::vector<double> mean(nc), lo(nc), hi(nc), t90(nc);
     for (std::size_t k = 0; k < nc; ++k) {
-      std::vector<double>& v = calls[k];
       double total = 0.0;
-      for (double x : v) total += x;
+      for (double x : calls[k]) total += x;
       mean[k] = total / iters;
-      std::sort(v.begin(), v.end()); // the fastest 90% of the calls
-      const std::size_t keep = v.size() - v.size() / 10;
-      t90[k] = 0.0;
-      for (std::size_t i = 0; i < keep; ++i) t90[k] += v[i] / static_cast<double>(keep);
+      t90[k] = pt::mean_of_fastest(calls[k], 10); // the fastest 90% of the calls
     }
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t90.data(), static_cast<int>(nc), MPI_DOUBLE, MPI_MAX,
                          MPI_COMM_WORLD));
