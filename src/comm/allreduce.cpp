@@ -33,6 +33,20 @@ void add(float* acc, const float* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
 }
 
+// out = a + b, stored to also as well unless it is null; out and also may each be a or b (the
+// same element is read before it is written).
+void add_to(float* out, float* also, const float* a, const float* b, std::size_t n) {
+  if (also == nullptr) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const float s = a[i] + b[i];
+    out[i] = s;
+    also[i] = s;
+  }
+}
+
 // Chunk k of n floats split in p nearly equal parts: [begin, end).
 std::size_t chunk_begin(std::size_t n, int p, int k) {
   return n / static_cast<std::size_t>(p) * static_cast<std::size_t>(k) +
@@ -182,7 +196,7 @@ void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>&
 }
 
 // Floats per rank in the node's shared window: longer messages go through it in segments.
-constexpr std::size_t kShmSegment = std::size_t{1} << 20;
+constexpr std::size_t kShmSegment = std::size_t{1} << 18;
 
 } // namespace
 
@@ -318,10 +332,16 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     std::memcpy(mine + e, seg + e, (w - e) * sizeof(float));
     sync();
     auto part = [&](int r) { return r == me ? seg + b : g.slot[static_cast<std::size_t>(r)] + b; };
-    std::memcpy(mine + b, part(0), (e - b) * sizeof(float));
-    for (int r = 1; r < q; ++r) add(mine + b, part(r), e - b);
-    if (col.size > 1) rabenseifner(mine + b, e - b, col, tmp2_);
-    std::memcpy(seg + b, mine + b, (e - b) * sizeof(float));
+    // one pass per added rank; without a column step the last pass also writes the result out
+    float* out = mine + b;
+    float* last = col.size > 1 ? nullptr : seg + b;
+    if (q == 1) std::memcpy(out, part(0), (e - b) * sizeof(float));
+    for (int r = 1; r < q; ++r)
+      add_to(out, r == q - 1 ? last : nullptr, r == 1 ? part(0) : out, part(r), e - b);
+    if (col.size > 1) {
+      rabenseifner(out, e - b, col, tmp2_);
+      std::memcpy(seg + b, out, (e - b) * sizeof(float));
+    }
     sync();
     for (int r = 0; r < q; ++r) {
       if (r == me) continue;

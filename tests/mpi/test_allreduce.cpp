@@ -1,8 +1,8 @@
 // Every all-reduce algorithm against MPI_Allreduce on integer-valued float data (exact in any
-// summation order), counts 0, 1, p-1, odd and large, in place; hierarchical with emulated node
-// sizes (node-local step through the MPI-3 shared window and through messages), and auto:
-// exact on every call while it measures and afterwards while it challenges its pick, settled
-// within a bounded number of calls, with the same pick on every rank.
+// summation order), counts 0, 1, p-1, odd, large and longer than the shared window, in place;
+// hierarchical with emulated node sizes (node-local step through the MPI-3 shared window and
+// through messages), and auto: exact on every call while it measures and afterwards while it
+// challenges its pick, settled within a bounded number of calls, with the same pick on every rank.
 // Prints "N passed, 0 failed" on rank 0; exit code 1 on any mismatch.
 #include <mpi.h>
 
@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const char* names[] = {"mpi",     "ring", "recursive-doubling", "rabenseifner", "hierarchical",
                          "torus2d", "auto"};
-  const std::size_t counts[] = {0, 1, static_cast<std::size_t>(size - 1), 7, 1000, 100003};
+  // 600011: more than two segments of the shared window, the last one short
+  const std::size_t counts[] = {0, 1, static_cast<std::size_t>(size - 1), 7, 1000, 100003, 600011};
   int passed = 0, failed = 0, shm_runs = 0;
   for (const char* name : names) {
     const bool hier = std::strcmp(name, "hierarchical") == 0;
