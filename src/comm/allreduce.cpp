@@ -237,6 +237,7 @@ struct Allreducer::Trial {
   int round = -1;                         // -1: the untimed round
   int rounds = 3;                         // timed rounds
   std::size_t next = 0;                   // candidate of the next call
+  int switches = 0, remeasures = 0;       // carried from the watch of an earlier measurement
 };
 
 Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt) : comm_(comm), opt_(std::move(opt)) {
@@ -412,28 +413,51 @@ void Allreducer::sum(float* buf, std::size_t n) {
   watched_call(buf, n, *watch_);
 }
 
-// auto after its measurement (TuneResult): the pick, challenged every 16th call; the call
-// before each challenge times the pick.
+WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger,
+                           bool drifted_before) {
+  if (pick_ref > 0.0 && (pick_now > 1.5 * pick_ref || pick_ref > 1.5 * pick_now)) {
+    return drifted_before ? WatchVerdict::remeasure : WatchVerdict::drifted;
+  }
+  return challenger < 0.97 * pick_now ? WatchVerdict::challenger : WatchVerdict::keep;
+}
+
+// auto after its measurement (TuneResult): the pick, challenged every 16th call; the three
+// calls before each challenge time the pick. Every 64 calls watch_verdict decides.
 void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
-  if (w.others.empty()) return run(w.pick, buf, n);
   const std::size_t phase = w.calls++ % 16;
-  if (phase < 14) return run(w.pick, buf, n); // untimed: no overhead on short messages
-  const bool challenge = phase == 15;         // 14: the pick, timed, just before
-  const AllreduceAlgo other = w.others[w.turn % w.others.size()];
+  if (phase < 12) return run(w.pick, buf, n); // untimed: no overhead on short messages
+  const bool challenge = phase == 15 && !w.others.empty();
+  const AllreduceAlgo algo = challenge ? w.others[w.turn % w.others.size()] : w.pick;
   const double t0 = MPI_Wtime();
-  run(challenge ? other : w.pick, buf, n);
-  (challenge ? w.other_s : w.pick_s).push_back(MPI_Wtime() - t0);
+  run(algo, buf, n);
+  if (phase < 15) w.pick_s.push_back(MPI_Wtime() - t0);
+  if (challenge) w.other_s.push_back(MPI_Wtime() - t0);
   if (w.calls % 64 != 0) return;
   double t[2] = {mean_of_fastest(w.pick_s, 5), mean_of_fastest(w.other_s, 5)};
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm_));
-  if (t[1] < 0.97 * t[0]) {
-    w.others[w.turn % w.others.size()] = w.pick;
-    w.pick = other;
+  w.pick_s.clear();
+  w.other_s.clear();
+  const WatchVerdict v = watch_verdict(w.pick_ref, t[0], t[1], w.drifted);
+  w.drifted = v == WatchVerdict::drifted;
+  if (v == WatchVerdict::remeasure) { // every rank agrees: the next call starts a new trial
+    auto tr = std::make_unique<Trial>();
+    tr->switches = w.switches;
+    tr->remeasures = w.remeasures + 1;
+    trials_[n] = std::move(tr);
+    watch_n_ = 0;
+    watch_ = nullptr;
+    tuned_.erase(n); // w is gone
+    return;
+  }
+  if (v == WatchVerdict::keep) w.pick_ref = t[0];
+  if (v == WatchVerdict::challenger) {
+    const AllreduceAlgo old = w.pick;
+    w.pick = w.others[w.turn % w.others.size()];
+    w.others[w.turn % w.others.size()] = old;
+    w.pick_ref = t[1];
     ++w.switches;
   }
   ++w.turn;
-  w.pick_s.clear();
-  w.other_s.clear();
 }
 
 bool Allreducer::settled(std::size_t n) const {
@@ -466,8 +490,8 @@ std::vector<AllreduceAlgo> Allreducer::distinct_algorithms() {
 // faster. Every call returns the exact sum; which algorithm rounded it differs between calls.
 void Allreducer::tuning_call(float* buf, std::size_t n) {
   std::unique_ptr<Trial>& tr = trials_[n];
-  if (!tr) {
-    tr = std::make_unique<Trial>();
+  if (!tr) tr = std::make_unique<Trial>();
+  if (tr->cand.empty()) {
     tr->cand = distinct_algorithms();
     tr->alive.assign(tr->cand.size(), 1);
     tr->calls.resize(tr->cand.size());
@@ -502,6 +526,8 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   if (tr->round < tr->rounds) return;
   const std::vector<double> med = agree();
   TuneResult res;
+  res.switches = tr->switches;
+  res.remeasures = tr->remeasures;
   res.model = choose_algorithm(static_cast<double>(n) * sizeof(float), size_, opt_.node_size,
                                opt_.topology);
   std::size_t best = k, model_k = k;

@@ -52,17 +52,30 @@ double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 // Afterwards every 16th call runs one of the other candidates that stayed within 1.5x, the
 // same one for 64 calls, and the call before it times the pick; the challenger replaces the
 // pick when its calls were more than 3% faster (a machine whose cross-core or network cost
-// drifts changes its fastest algorithm).
+// drifts changes its fastest algorithm). The three calls before each challenge time the pick:
+// when its time is more than 1.5x away (either way) from the last window that was not, in two
+// windows in a row, the costs have changed under it (a dropped candidate may now be the
+// fastest): the size is measured again from scratch.
 struct TuneResult {
   AllreduceAlgo pick = AllreduceAlgo::ring;
   AllreduceAlgo model = AllreduceAlgo::ring;
   std::vector<std::pair<AllreduceAlgo, double>> seconds;
   std::vector<AllreduceAlgo> others; // challengers, in turn
-  int switches = 0;                  // picks replaced since the measurement
+  int switches = 0;                  // picks replaced since the first measurement
+  int remeasures = 0;                // measurements after the first
   // the watch in progress
   std::size_t calls = 0, turn = 0;
   std::vector<double> pick_s, other_s;
+  double pick_ref = 0.0; // the pick's time in the last window within 1.5x (0: none yet)
+  bool drifted = false;  // the previous window was not
 };
+
+// The watch's verdict at the end of a 64-call window, from times agreed over ranks: the pick's
+// reference time (0: none), its time in this window and the challenger's (none run: 1e30), and
+// whether the previous window already was more than 1.5x away from the reference.
+enum class WatchVerdict { keep, challenger, drifted, remeasure };
+WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger,
+                           bool drifted_before);
 
 // In-place sums over one communicator. Keeps what repeated calls need: scratch memory, the
 // sub-communicators of the two-level algorithms and the shared-memory window, so a training

@@ -542,7 +542,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
         for (const auto& [algo, sec] : tr.seconds) {
           std::printf(" %s %.1f us", algorithm_name(algo), sec * 1e6);
         }
-        std::printf("; %d later switch(es))\n", tr.switches);
+        std::printf("; %d later switch(es), %d re-measurement(s))\n", tr.switches, tr.remeasures);
       }
       if (syncs.front()->reducer()->tuned().empty() && cfg.comm.allreduce == "auto" &&
           cfg.comm.autotune) {

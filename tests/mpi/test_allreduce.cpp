@@ -69,14 +69,15 @@ int main(int argc, char** argv) {
       }
     }
   }
-  // auto's measurement and watch: 300 calls per size, each checked
+  // auto's measurement and watch: 300 calls per size, each checked, then on until a
+  // re-measurement in progress (the watch saw the costs change) has settled
   for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{100003}}) {
     pt::AllreduceOptions opt;
     opt.node_size = size % 2 == 0 ? 2 : 0;
     opt.topology = pt::topology_preset("node");
     pt::Allreducer red(MPI_COMM_WORLD, opt);
     int settled_at = -1, bad_calls = 0;
-    for (int call = 0; call < 300; ++call) {
+    for (int call = 0; call < 300 || (!red.settled(n) && call < 300 + 6 * 11); ++call) {
       std::vector<float> want(n), got(n);
       for (std::size_t i = 0; i < n; ++i) {
         want[i] = got[i] =
@@ -114,8 +115,10 @@ int main(int argc, char** argv) {
       }
     }
     if (rank == 0 && pick >= 0) {
-      std::printf("auto n %zu: settled at call %d, picks %s, %d switch(es)\n", n, settled_at,
-                  pt::algorithm_name(it->second.pick), it->second.switches);
+      std::printf("auto n %zu: settled at call %d, picks %s, %d switch(es), %d "
+                  "re-measurement(s)\n",
+                  n, settled_at, pt::algorithm_name(it->second.pick), it->second.switches,
+                  it->second.remeasures);
     }
   }
   // comm.autotune = false: the model decides, nothing is measured
