@@ -426,8 +426,9 @@ WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger,
 void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
   const std::size_t phase = w.calls++ % 16;
   if (phase < 12) return run(w.pick, buf, n); // untimed: no overhead on short messages
-  const bool challenge = phase == 15 && !w.others.empty();
-  const AllreduceAlgo algo = challenge ? w.others[w.turn % w.others.size()] : w.pick;
+  AllreduceAlgo* const slot = challenger(w);
+  const bool challenge = phase == 15 && slot != nullptr;
+  const AllreduceAlgo algo = challenge ? *slot : w.pick;
   const double t0 = MPI_Wtime();
   run(algo, buf, n);
   if (phase < 15) w.pick_s.push_back(MPI_Wtime() - t0);
@@ -450,14 +451,19 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
     return;
   }
   if (v == WatchVerdict::keep) w.pick_ref = t[0];
-  if (v == WatchVerdict::challenger) {
-    const AllreduceAlgo old = w.pick;
-    w.pick = w.others[w.turn % w.others.size()];
-    w.others[w.turn % w.others.size()] = old;
+  if (v == WatchVerdict::challenger) { // the old pick takes the challenger's place in turn
+    std::swap(w.pick, *slot);
     w.pick_ref = t[1];
     ++w.switches;
   }
   ++w.turn;
+}
+
+// The challenger of the watch's current window (its place in others or dropped), or none.
+AllreduceAlgo* Allreducer::challenger(TuneResult& w) {
+  if (w.turn % 4 == 3 && !w.dropped.empty()) return &w.dropped[w.turn / 4 % w.dropped.size()];
+  if (!w.others.empty()) return &w.others[w.turn % w.others.size()];
+  return nullptr;
 }
 
 bool Allreducer::settled(std::size_t n) const {
@@ -543,7 +549,7 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
     res.pick = res.model;
   }
   for (std::size_t i = 0; i < k; ++i) {
-    if (tr->alive[i] && tr->cand[i] != res.pick) res.others.push_back(tr->cand[i]);
+    if (tr->cand[i] != res.pick) (tr->alive[i] ? res.others : res.dropped).push_back(tr->cand[i]);
   }
   tuned_[n] = std::move(res);
   trials_.erase(n);

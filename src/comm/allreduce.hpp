@@ -49,9 +49,10 @@ double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 // What auto's measurement found for one message size: every candidate's time (max over ranks of
 // its mean fastest-80% call; one far behind after the first timed round keeps that round's time)
 // and the pick. The model's choice wins near-ties (within 3%).
-// Afterwards every 16th call runs one of the other candidates that stayed within 1.5x, the
-// same one for 64 calls, and the call before it times the pick; the challenger replaces the
-// pick when its calls were more than 3% faster (a machine whose cross-core or network cost
+// Afterwards every 16th call runs one of the other candidates, the same one for a 64-call
+// window: those that stayed within 1.5x in turn, and in every 4th window one of those that
+// dropped out (they cost more to try, and may have become the fastest); the challenger replaces
+// the pick when its calls were more than 3% faster (a machine whose cross-core or network cost
 // drifts changes its fastest algorithm). The three calls before each challenge time the pick:
 // when its time is more than 1.5x away (either way) from the last window that was not, in two
 // windows in a row, the costs have changed under it (a dropped candidate may now be the
@@ -60,9 +61,10 @@ struct TuneResult {
   AllreduceAlgo pick = AllreduceAlgo::ring;
   AllreduceAlgo model = AllreduceAlgo::ring;
   std::vector<std::pair<AllreduceAlgo, double>> seconds;
-  std::vector<AllreduceAlgo> others; // challengers, in turn
-  int switches = 0;                  // picks replaced since the first measurement
-  int remeasures = 0;                // measurements after the first
+  std::vector<AllreduceAlgo> others;  // challengers, in turn
+  std::vector<AllreduceAlgo> dropped; // challengers every 4th window, in turn
+  int switches = 0;                   // picks replaced since the first measurement
+  int remeasures = 0;                 // measurements after the first
   // the watch in progress
   std::size_t calls = 0, turn = 0;
   std::vector<double> pick_s, other_s;
@@ -110,6 +112,7 @@ private:
   struct Trial; // auto's measurement in progress for one size
   void tuning_call(float* buf, std::size_t n);
   void watched_call(float* buf, std::size_t n, TuneResult& w);
+  static AllreduceAlgo* challenger(TuneResult& w);
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
