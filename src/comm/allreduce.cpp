@@ -421,19 +421,39 @@ WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger,
   return challenger < 0.97 * pick_now ? WatchVerdict::challenger : WatchVerdict::keep;
 }
 
-// auto after its measurement (TuneResult): the pick, challenged every 16th call; the three
-// calls before each challenge time the pick. Every 64 calls watch_verdict decides.
+namespace {
+
+// Calls per challenge: 16, or more for a challenger measured well behind the pick (at most
+// 256), so that trying it costs about 2% of the pick's time or less.
+std::size_t challenge_period(const TuneResult& w, const AllreduceAlgo* challenger) {
+  double pick = 0.0, other = 0.0;
+  for (const auto& [algo, sec] : w.seconds) {
+    if (algo == w.pick) pick = sec;
+    if (challenger != nullptr && algo == *challenger) other = sec;
+  }
+  std::size_t period = 16;
+  while (period < 256 && pick > 0.0 && (other / pick - 1.0) / period > 0.02) period *= 2;
+  return period;
+}
+
+} // namespace
+
+// auto after its measurement (TuneResult): the pick, challenged on the last of every period
+// calls; the three calls before each challenge time the pick. After four challenges
+// watch_verdict decides.
 void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
-  const std::size_t phase = w.calls++ % 16;
-  if (phase < 12) return run(w.pick, buf, n); // untimed: no overhead on short messages
   AllreduceAlgo* const slot = challenger(w);
-  const bool challenge = phase == 15 && slot != nullptr;
+  const std::size_t period = challenge_period(w, slot);
+  const std::size_t phase = w.calls++ % period;
+  if (phase + 4 < period) return run(w.pick, buf, n); // untimed: no overhead on short messages
+  const bool challenge = phase + 1 == period && slot != nullptr;
   const AllreduceAlgo algo = challenge ? *slot : w.pick;
   const double t0 = MPI_Wtime();
   run(algo, buf, n);
-  if (phase < 15) w.pick_s.push_back(MPI_Wtime() - t0);
+  if (phase + 1 < period) w.pick_s.push_back(MPI_Wtime() - t0);
   if (challenge) w.other_s.push_back(MPI_Wtime() - t0);
-  if (w.calls % 64 != 0) return;
+  if (w.calls < 4 * period) return;
+  w.calls = 0;
   double t[2] = {mean_of_fastest(w.pick_s, 5), mean_of_fastest(w.other_s, 5)};
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm_));
   w.pick_s.clear();

@@ -49,14 +49,15 @@ double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 // What auto's measurement found for one message size: every candidate's time (max over ranks of
 // its mean fastest-80% call; one far behind after the first timed round keeps that round's time)
 // and the pick. The model's choice wins near-ties (within 3%).
-// Afterwards every 16th call runs one of the other candidates, the same one for a 64-call
-// window: those that stayed within 1.5x in turn, and in every 4th window one of those that
-// dropped out (they cost more to try, and may have become the fastest); the challenger replaces
-// the pick when its calls were more than 3% faster (a machine whose cross-core or network cost
-// drifts changes its fastest algorithm). The three calls before each challenge time the pick:
-// when its time is more than 1.5x away (either way) from the last window that was not, in two
-// windows in a row, the costs have changed under it (a dropped candidate may now be the
-// fastest): the size is measured again from scratch.
+// Afterwards every 16th call runs one of the other candidates, the same one for a window of
+// four such calls: those that stayed within 1.5x in turn, and in every 4th window one of those
+// that dropped out (they may have become the fastest). A challenger measured far behind runs
+// less often (every 32nd to 256th call), so trying it costs about 2% of the pick's time or
+// less. The challenger replaces the pick when its calls were more than 3% faster (a machine
+// whose cross-core or network cost drifts changes its fastest algorithm). The three calls
+// before each challenge time the pick: when its time is more than 1.5x away (either way) from
+// the last window that was not, in two windows in a row, the costs have changed under it: the
+// size is measured again from scratch.
 struct TuneResult {
   AllreduceAlgo pick = AllreduceAlgo::ring;
   AllreduceAlgo model = AllreduceAlgo::ring;
@@ -66,7 +67,7 @@ struct TuneResult {
   int switches = 0;                   // picks replaced since the first measurement
   int remeasures = 0;                 // measurements after the first
   // the watch in progress
-  std::size_t calls = 0, turn = 0;
+  std::size_t calls = 0, turn = 0; // calls in this window, windows so far
   std::vector<double> pick_s, other_s;
   double pick_ref = 0.0; // the pick's time in the last window within 1.5x (0: none yet)
   bool drifted = false;  // the previous window was not
