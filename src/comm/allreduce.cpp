@@ -413,10 +413,10 @@ void Allreducer::sum(float* buf, std::size_t n) {
   watched_call(buf, n, *watch_);
 }
 
-WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger,
-                           bool drifted_before) {
+WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger, int drifted_before,
+                           int needed) {
   if (pick_ref > 0.0 && (pick_now > 1.5 * pick_ref || pick_ref > 1.5 * pick_now)) {
-    return drifted_before ? WatchVerdict::remeasure : WatchVerdict::drifted;
+    return drifted_before + 1 >= needed ? WatchVerdict::remeasure : WatchVerdict::drifted;
   }
   return challenger < 0.97 * pick_now ? WatchVerdict::challenger : WatchVerdict::keep;
 }
@@ -458,8 +458,9 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm_));
   w.pick_s.clear();
   w.other_s.clear();
-  const WatchVerdict v = watch_verdict(w.pick_ref, t[0], t[1], w.drifted);
-  w.drifted = v == WatchVerdict::drifted;
+  const WatchVerdict v =
+      watch_verdict(w.pick_ref, t[0], t[1], w.drifted, 2 << std::min(w.remeasures, 4));
+  w.drifted = v == WatchVerdict::drifted ? w.drifted + 1 : 0;
   if (v == WatchVerdict::remeasure) { // every rank agrees: the next call starts a new trial
     auto tr = std::make_unique<Trial>();
     tr->switches = w.switches;

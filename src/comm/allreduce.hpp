@@ -57,7 +57,9 @@ double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 // whose cross-core or network cost drifts changes its fastest algorithm). The three calls
 // before each challenge time the pick: when its time is more than 1.5x away (either way) from
 // the last window that was not, in two windows in a row, the costs have changed under it: the
-// size is measured again from scratch.
+// size is measured again from scratch. Each re-measurement doubles the windows in a row that
+// the next one needs (up to 32), so a machine whose costs flip back and forth does not spend
+// its time measuring.
 struct TuneResult {
   AllreduceAlgo pick = AllreduceAlgo::ring;
   AllreduceAlgo model = AllreduceAlgo::ring;
@@ -70,15 +72,16 @@ struct TuneResult {
   std::size_t calls = 0, turn = 0; // calls in this window, windows so far
   std::vector<double> pick_s, other_s;
   double pick_ref = 0.0; // the pick's time in the last window within 1.5x (0: none yet)
-  bool drifted = false;  // the previous window was not
+  int drifted = 0;       // windows in a row more than 1.5x away from pick_ref
 };
 
-// The watch's verdict at the end of a 64-call window, from times agreed over ranks: the pick's
-// reference time (0: none), its time in this window and the challenger's (none run: 1e30), and
-// whether the previous window already was more than 1.5x away from the reference.
+// The watch's verdict at the end of a window, from times agreed over ranks: the pick's
+// reference time (0: none), its time in this window and the challenger's (none run: 1e30), how
+// many windows right before this one were more than 1.5x away from the reference, and how many
+// in a row a re-measurement needs.
 enum class WatchVerdict { keep, challenger, drifted, remeasure };
-WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger,
-                           bool drifted_before);
+WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger, int drifted_before,
+                           int needed);
 
 // In-place sums over one communicator. Keeps what repeated calls need: scratch memory, the
 // sub-communicators of the two-level algorithms and the shared-memory window, so a training

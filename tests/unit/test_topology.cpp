@@ -144,20 +144,22 @@ TEST(Topology, DamagedCalibrationFileIsAnInputError) {
 // Buckets cover every gradient float exactly once, blocks from the last layer down, no bucket
 // larger than the cap unless one tensor range is, and the edge tensors last.
 // auto's watch: a challenger more than 3% faster takes over; the pick's own time more than
-// 1.5x away from its reference (either way) in two windows in a row sends the size back to
-// measurement.
+// 1.5x away from its reference (either way) in as many windows in a row as needed (two, then
+// doubling after each re-measurement) sends the size back to measurement.
 TEST(AutoWatch, VerdictFollowsTheTimes) {
   using V = pt::WatchVerdict;
-  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 1e30, false), V::keep); // first window, no challenger
-  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 98e-6, false), V::keep);
-  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 96e-6, false), V::challenger);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 140e-6, 1e30, false), V::keep);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 140e-6, 1e30, true), V::keep);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, false), V::drifted); // slower, once
-  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, true), V::remeasure);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 60e-6, 1e30, false), V::drifted); // faster
-  EXPECT_EQ(pt::watch_verdict(100e-6, 60e-6, 1e30, true), V::remeasure);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 10e-6, true), V::remeasure); // before a switch
+  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 1e30, 0, 2), V::keep); // first window, no challenger
+  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 98e-6, 0, 2), V::keep);
+  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 96e-6, 0, 2), V::challenger);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 140e-6, 1e30, 0, 2), V::keep);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 140e-6, 1e30, 1, 2), V::keep);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 0, 2), V::drifted); // slower, once
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 1, 2), V::remeasure);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 60e-6, 1e30, 0, 2), V::drifted); // faster
+  EXPECT_EQ(pt::watch_verdict(100e-6, 60e-6, 1e30, 1, 2), V::remeasure);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 10e-6, 1, 2), V::remeasure); // before a switch
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 1, 4), V::drifted);    // after re-measuring
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 3, 4), V::remeasure);
   EXPECT_EQ(pt::mean_of_fastest({}, 5), 1e30);
   EXPECT_DOUBLE_EQ(pt::mean_of_fastest({4.0, 1.0, 2.0, 3.0, 100.0}, 5), 2.5);
 }

@@ -134,6 +134,7 @@ int bench_allreduce(const Args& a) {
     double bytes;
     std::vector<double> ratio;
     std::string auto_pick, model_pick;
+    std::string auto_changes; // switches/re-measurements of auto's pick, "-": still measuring
   };
   std::vector<Row> rows;
   std::vector<float> buf;
@@ -181,8 +182,13 @@ int bench_allreduce(const Args& a) {
                          MPI_COMM_WORLD));
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, mean.data(), static_cast<int>(nc), MPI_DOUBLE, MPI_SUM,
                          MPI_COMM_WORLD));
-    Row row{static_cast<double>(n * sizeof(float)), {}, {}, {}};
+    Row row{static_cast<double>(n * sizeof(float)), {}, {}, {}, {}};
     row.auto_pick = pt::algorithm_name(cols[k_auto].red->algorithm_for(n));
+    const auto tr = cols[k_auto].red->tuned().find(n);
+    row.auto_changes =
+        tr == cols[k_auto].red->tuned().end()
+            ? "-"
+            : std::to_string(tr->second.switches) + "/" + std::to_string(tr->second.remeasures);
     row.model_pick = pt::algorithm_name(cols[k_model].red->algorithm_for(n));
     for (std::size_t k = 0; k < nc; ++k) {
       const double avg = mean[k] / p;
@@ -203,11 +209,12 @@ int bench_allreduce(const Args& a) {
   if (rank == 0) {
     std::printf("\n# summary: time / MPI_Allreduce's; best = fastest of ours; auto and model: "
                 "their time over the fastest column (MPI_Allreduce included); noise: the second "
-                "MPI_Allreduce column over the first\n%10s",
+                "MPI_Allreduce column over the first; sw/re: auto's switches and "
+                "re-measurements\n%10s",
                 "bytes");
     for (std::size_t k = 1; k <= n_algos; ++k) std::printf(" %9.9s", cols[k].name.c_str());
-    std::printf(" %9s %9s %-18s %9s %-18s %9s %6s\n", "best", "auto", "auto picks", "auto/best",
-                "model picks", "model/best", "noise");
+    std::printf(" %9s %9s %-18s %5s %9s %-18s %9s %6s\n", "best", "auto", "auto picks", "sw/re",
+                "auto/best", "model picks", "model/best", "noise");
     double worst = 0.0, worst_model = 0.0, worst_noise = 0.0;
     for (const Row& r : rows) {
       std::printf("%10s", human(r.bytes).c_str());
@@ -221,8 +228,9 @@ int bench_allreduce(const Args& a) {
       worst = std::max(worst, rel);
       worst_model = std::max(worst_model, rel_model);
       worst_noise = std::max(worst_noise, std::max(r.ratio[k_again], 1.0 / r.ratio[k_again]));
-      std::printf(" %9.2f %9.2f %-18s %9.2f %-18s %9.2f %6.2f\n", best, r.ratio[k_auto],
-                  r.auto_pick.c_str(), rel, r.model_pick.c_str(), rel_model, r.ratio[k_again]);
+      std::printf(" %9.2f %9.2f %-18s %5s %9.2f %-18s %9.2f %6.2f\n", best, r.ratio[k_auto],
+                  r.auto_pick.c_str(), r.auto_changes.c_str(), rel, r.model_pick.c_str(), rel_model,
+                  r.ratio[k_again]);
     }
     std::printf("# auto is within %.0f%% of the fastest column at every size (model alone: "
                 "%.0f%%); the same MPI_Allreduce timed twice differs by up to %.0f%%\n",
