@@ -195,9 +195,6 @@ void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>&
   });
 }
 
-// Floats per rank in the node's shared window: longer messages go through it in segments.
-constexpr std::size_t kShmSegment = std::size_t{1} << 18;
-
 } // namespace
 
 double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in) {
@@ -287,16 +284,16 @@ Allreducer::Groups& Allreducer::groups(int c) {
 }
 
 // Node-local reduce-scatter and all-gather through the shared window, per segment of at most
-// kShmSegment floats. Rank k owns chunk k: it copies every other chunk of its data into its part
-// of the window, sums chunk k over all ranks in rank order (its own data read in place, the same
-// operands and order wherever it is computed), all-reduces it across the column, and leaves it
-// in its part of the window; every rank then copies the other chunks out of their owners'
+// kWindowSegmentFloats floats. Rank k owns chunk k: it copies every other chunk of its data into
+// its part of the window, sums chunk k over all ranks in rank order (its own data read in place,
+// the same operands and order wherever it is computed), all-reduces it across the column, and
+// leaves it in its part of the window; every rank then copies the other chunks out of their owners'
 // parts. Each rank writes only its own part, and no chunk is copied in and out by its owner: on
 // two ranks this moved a quarter fewer bytes across cores than funnelling every result through
 // rank 0's part, whose copy-in then ran 3-4x slower than the other rank's (docs/collectives.md).
 void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
   const Comm row(g.row), col(g.col);
-  const std::size_t want = std::min(n, kShmSegment);
+  const std::size_t want = std::min(n, kWindowSegmentFloats);
   if (g.win_floats < want) { // every row rank asks for the same size: a collective regrowth
     if (g.win != MPI_WIN_NULL) {
       PT_MPI(MPI_Win_unlock_all(g.win));
@@ -358,9 +355,8 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
 // inside the row. hierarchical: the rows are nodes (node_local: through the window when they
 // share memory); torus2d: the rows of a near-square grid, always by messages.
 void Allreducer::two_level(float* buf, std::size_t n, int c, bool node_local) {
-  const Comm world(comm_);
-  if (c <= 1 || c > size_ || size_ % c != 0) {
-    rabenseifner(buf, n, world, tmp_);
+  if (c == 0) { // no two levels on this communicator (two_level_row)
+    rabenseifner(buf, n, Comm(comm_), tmp_);
     return;
   }
   Groups& g = groups(c);
@@ -393,11 +389,9 @@ void Allreducer::run(AllreduceAlgo algo, float* buf, std::size_t n) {
   case AllreduceAlgo::rabenseifner:
     return rabenseifner(buf, n, cm, tmp_);
   case AllreduceAlgo::hierarchical:
-    return two_level(buf, n, opt_.node_size, true);
-  case AllreduceAlgo::torus2d: {
-    const int c = grid_columns(size_);
-    return two_level(buf, n, c >= size_ ? 0 : c, false);
-  }
+  case AllreduceAlgo::torus2d:
+    return two_level(buf, n, two_level_row(algo, size_, opt_.node_size),
+                     algo == AllreduceAlgo::hierarchical);
   }
 }
 
@@ -491,18 +485,14 @@ bool Allreducer::settled(std::size_t n) const {
   return opt_.algo || !opt_.tune || size_ == 1 || n == 0 || tuned_.count(n) != 0;
 }
 
-// The algorithms that run differently on this communicator: hierarchical only with whole nodes
-// of several ranks (and not one node reached by messages: that is a ring), torus2d only on a
-// grid of more than one row and column; otherwise both fall back to Rabenseifner.
+// The algorithms that run differently on this communicator: the two-level ones where they have
+// two levels (two_level_row), except hierarchical on one node reached by messages (a ring).
 std::vector<AllreduceAlgo> Allreducer::distinct_algorithms() {
   std::vector<AllreduceAlgo> out = {AllreduceAlgo::mpi, AllreduceAlgo::ring,
                                     AllreduceAlgo::recursive_doubling, AllreduceAlgo::rabenseifner};
-  const int g = opt_.node_size;
-  if (g > 1 && g <= size_ && size_ % g == 0 && (g < size_ || groups(g).shared)) {
-    out.push_back(AllreduceAlgo::hierarchical);
-  }
-  const int c = grid_columns(size_);
-  if (c > 1 && c < size_) out.push_back(AllreduceAlgo::torus2d);
+  const int g = two_level_row(AllreduceAlgo::hierarchical, size_, opt_.node_size);
+  if (g > 0 && (g < size_ || groups(g).shared)) out.push_back(AllreduceAlgo::hierarchical);
+  if (two_level_row(AllreduceAlgo::torus2d, size_, 0) > 0) out.push_back(AllreduceAlgo::torus2d);
   return out;
 }
 

@@ -104,7 +104,8 @@ double shm_node_time(double n, int g, const LinkCost& l) {
   }
   int rounds = 0;
   while ((1 << rounds) < g) ++rounds;
-  const double segments = std::ceil(n / (4.0 * 1048576.0));
+  const double segments =
+      std::ceil(n / (sizeof(float) * static_cast<double>(kWindowSegmentFloats)));
   return segments * 3.0 * rounds * l.message(0.0) + 2.0 * n * l.copy + n * l.gamma;
 }
 
@@ -300,15 +301,25 @@ double modelled_time(AllreduceAlgo algo, double bytes, int p, int node_size, con
   case AllreduceAlgo::rabenseifner:
     return rabenseifner_time(bytes, s, t);
   case AllreduceAlgo::hierarchical:
-    if (s.g <= 1) return rabenseifner_time(bytes, s, t);
-    return two_level_time(bytes, s, s.g, t, true);
   case AllreduceAlgo::torus2d: {
-    const int c = grid_columns(p);
-    if (c <= 1 || c >= p) return rabenseifner_time(bytes, s, t);
-    return two_level_time(bytes, s, c, t, false);
+    const int c = two_level_row(algo, p, node_size);
+    if (c == 0) return rabenseifner_time(bytes, s, t);
+    return two_level_time(bytes, s, c, t, algo == AllreduceAlgo::hierarchical);
   }
   }
   return -1.0;
+}
+
+int two_level_row(AllreduceAlgo algo, int p, int node_size) {
+  if (algo == AllreduceAlgo::hierarchical) {
+    const int g = std::min(node_size, p);
+    return g > 1 && p % g == 0 ? g : 0;
+  }
+  if (algo == AllreduceAlgo::torus2d) {
+    const int c = grid_columns(p);
+    return c > 1 && c < p ? c : 0;
+  }
+  return 0;
 }
 
 double bandwidth_bound(double bytes, int p, int node_size, const Topology& t) {

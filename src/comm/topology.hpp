@@ -72,4 +72,16 @@ const char* algorithm_name(AllreduceAlgo algo);
 // Columns of the near-square grid torus2d uses: p / (the largest divisor of p <= sqrt(p)).
 int grid_columns(int p);
 
+// Ranks per row of a two-level algorithm on p ranks, node_size consecutive ranks per node:
+// hierarchical's rows are the nodes (one node of all p ranks when node_size >= p), torus2d's
+// the rows of its grid. 0 where the algorithm runs as Rabenseifner instead (one rank per node,
+// nodes of unequal size, a grid of one row or one column) and for the one-level algorithms.
+// The runtime (allreduce.cpp) and the model both follow it.
+int two_level_row(AllreduceAlgo algo, int p, int node_size);
+
+// Floats of a message that hierarchical's node-local step moves through the shared window at
+// a time (split over the node's ranks): longer messages go in segments, each with three
+// barriers.
+constexpr std::size_t kWindowSegmentFloats = std::size_t{1} << 18;
+
 } // namespace pt

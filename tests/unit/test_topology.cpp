@@ -143,6 +143,25 @@ TEST(Topology, DamagedCalibrationFileIsAnInputError) {
 
 // Buckets cover every gradient float exactly once, blocks from the last layer down, no bucket
 // larger than the cap unless one tensor range is, and the edge tensors last.
+// Where the two-level algorithms have two levels; the model and the runtime share the rule.
+TEST(Topology, TwoLevelRows) {
+  using pt::two_level_row;
+  EXPECT_EQ(two_level_row(AllreduceAlgo::hierarchical, 8, 4), 4);
+  EXPECT_EQ(two_level_row(AllreduceAlgo::hierarchical, 8, 8), 8);
+  EXPECT_EQ(two_level_row(AllreduceAlgo::hierarchical, 4, 8), 4); // one node of all 4 ranks
+  EXPECT_EQ(two_level_row(AllreduceAlgo::hierarchical, 8, 3), 0); // unequal nodes
+  EXPECT_EQ(two_level_row(AllreduceAlgo::hierarchical, 8, 1), 0);
+  EXPECT_EQ(two_level_row(AllreduceAlgo::hierarchical, 8, 0), 0);
+  EXPECT_EQ(two_level_row(AllreduceAlgo::torus2d, 16, 0), 4);
+  EXPECT_EQ(two_level_row(AllreduceAlgo::torus2d, 5, 0), 0); // a prime: one row
+  EXPECT_EQ(two_level_row(AllreduceAlgo::ring, 16, 4), 0);
+  const pt::Topology t = pt::topology_preset("fat-tree");
+  EXPECT_EQ(pt::modelled_time(AllreduceAlgo::hierarchical, 1e6, 8, 3, t),
+            pt::modelled_time(AllreduceAlgo::rabenseifner, 1e6, 8, 3, t));
+  EXPECT_EQ(pt::modelled_time(AllreduceAlgo::hierarchical, 1e6, 4, 8, t),
+            pt::modelled_time(AllreduceAlgo::hierarchical, 1e6, 4, 4, t));
+}
+
 // auto's watch: a challenger more than 3% faster takes over; the pick's own time more than
 // 1.5x away from its reference (either way) in as many windows in a row as needed (two, then
 // doubling after each re-measurement) sends the size back to measurement.
