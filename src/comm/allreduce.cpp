@@ -436,10 +436,11 @@ std::size_t challenge_period(const TuneResult& w, const AllreduceAlgo* challenge
 // calls; the three calls before each challenge time the pick. After four challenges
 // watch_verdict decides.
 void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
-  AllreduceAlgo* const slot = challenger(w);
-  const std::size_t period = challenge_period(w, slot);
+  if (w.calls == 0) w.period = challenge_period(w, challenger(w)); // a window starts
+  const std::size_t period = w.period;
   const std::size_t phase = w.calls++ % period;
   if (phase + 4 < period) return run(w.pick, buf, n); // untimed: no overhead on short messages
+  AllreduceAlgo* const slot = challenger(w);
   const bool challenge = phase + 1 == period && slot != nullptr;
   const AllreduceAlgo algo = challenge ? *slot : w.pick;
   const double t0 = MPI_Wtime();

@@ -70,6 +70,7 @@ struct TuneResult {
   int remeasures = 0;                 // measurements after the first
   // the watch in progress
   std::size_t calls = 0, turn = 0; // calls in this window, windows so far
+  std::size_t period = 16;         // calls per challenge in this window (set as it starts)
   std::vector<double> pick_s, other_s;
   double pick_ref = 0.0; // the pick's time in the last window within 1.5x (0: none yet)
   int drifted = 0;       // windows in a row more than 1.5x away from pick_ref
