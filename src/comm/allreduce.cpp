@@ -1,10 +1,18 @@
 #include "comm/allreduce.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "comm/watchdog.hpp"
 #include "util/errors.hpp"
@@ -45,6 +53,42 @@ void add_to(float* out, float* also, const float* a, const float* b, std::size_t
     out[i] = s;
     also[i] = s;
   }
+}
+
+// Streaming stores (past the caches, as whole lines to memory) where the CPU has them, else
+// plain ones; the fence orders them before the barrier that publishes them to the other ranks.
+void stream_copy(float* dst, const float* src, std::size_t n) {
+  std::size_t i = 0;
+#if defined(__SSE2__)
+  for (; i < n && (reinterpret_cast<std::uintptr_t>(dst + i) & 15) != 0; ++i) dst[i] = src[i];
+  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+#endif
+  for (; i < n; ++i) dst[i] = src[i];
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// add_to with streaming stores to out (also, private memory, gets plain ones).
+void stream_add_to(float* out, float* also, const float* a, const float* b, std::size_t n) {
+  std::size_t i = 0;
+  auto one = [&](std::size_t k) {
+    const float s = a[k] + b[k];
+    out[k] = s;
+    if (also != nullptr) also[k] = s;
+  };
+#if defined(__SSE2__)
+  for (; i < n && (reinterpret_cast<std::uintptr_t>(out + i) & 15) != 0; ++i) one(i);
+  for (; i + 4 <= n; i += 4) {
+    const __m128 s = _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
+    _mm_stream_ps(out + i, s);
+    if (also != nullptr) _mm_storeu_ps(also + i, s);
+  }
+#endif
+  for (; i < n; ++i) one(i);
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // Chunk k of n floats split in p nearly equal parts: [begin, end).
@@ -224,6 +268,8 @@ struct Allreducer::Groups {
   MPI_Win win = MPI_WIN_NULL;
   std::size_t win_floats = 0; // per rank
   std::vector<float*> slot;   // every row rank's part of the window
+  // adaptive window stores per segment size class (2^11 floats and up, doubling)
+  std::array<StoreChooser, 8> choice;
 };
 
 struct Allreducer::Trial {
@@ -283,6 +329,60 @@ Allreducer::Groups& Allreducer::groups(int c) {
   return *g;
 }
 
+namespace {
+
+void plain_copy(float* dst, const float* src, std::size_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+
+constexpr std::size_t kTimedSegmentFloats = 2048; // smaller segments: cached stores, untimed
+
+} // namespace
+
+namespace {
+
+StoreChooser& store_chooser(std::array<StoreChooser, 8>& choice, std::size_t w) {
+  return choice[std::min<std::size_t>(std::bit_width(w / kTimedSegmentFloats) - 1,
+                                      choice.size() - 1)];
+}
+
+} // namespace
+
+int StoreChooser::next() const {
+  const double mine = per_float_[kind_], other = per_float_[1 - kind_];
+  std::uint64_t period = 16;
+  if (mine > 0.0 && other > 0.0) {
+    while (period < 512 && kTrial * (other - mine) > 0.02 * mine * static_cast<double>(period)) {
+      period *= 2;
+    }
+  }
+  return timed_ % period >= period - kTrial ? 1 - kind_ : kind_;
+}
+
+void StoreChooser::learn(int kind, double seconds_per_float) {
+  ++timed_;
+  if (kind == kind_) {
+    double& t = per_float_[kind];
+    t = t > 0.0 ? 0.7 * t + 0.3 * seconds_per_float : seconds_per_float;
+    return;
+  }
+  trial_[tried_++] = seconds_per_float;
+  if (tried_ < kTrial) return;
+  tried_ = 0;
+  std::sort(trial_, trial_ + kTrial);
+  per_float_[kind] = trial_[kTrial / 2];
+  if (per_float_[kind] < per_float_[kind_]) kind_ = kind;
+}
+
+// The kind of stores for the next segment of w floats (0 cached, 1 streaming), or -1: cached
+// and not timed (adaptive, segments too short to time).
+int Allreducer::window_stores_for(Groups& g, std::size_t w) const {
+  if (opt_.window_stores != WindowStores::adaptive) {
+    return opt_.window_stores == WindowStores::streaming ? 1 : 0;
+  }
+  return w < kTimedSegmentFloats ? -1 : store_chooser(g.choice, w).next();
+}
+
 // Node-local reduce-scatter and all-gather through the shared window, per segment of at most
 // kWindowSegmentFloats floats. Rank k owns chunk k: it copies every other chunk of its data into
 // its part of the window, sums chunk k over all ranks in rank order (its own data read in place,
@@ -326,16 +426,23 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     const std::size_t w = std::min(want, n - off);
     float* seg = buf + off;
     const std::size_t b = chunk_begin(w, q, me), e = chunk_begin(w, q, me + 1);
-    std::memcpy(mine, seg, b * sizeof(float));
-    std::memcpy(mine + e, seg + e, (w - e) * sizeof(float));
+    const int stores = window_stores_for(g, w);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto copy_in = stores == 1 ? stream_copy : plain_copy;
+    copy_in(mine, seg, b);
+    copy_in(mine + e, seg + e, w - e);
+    const auto t1 = std::chrono::steady_clock::now();
     sync();
+    const auto t2 = std::chrono::steady_clock::now(); // the wait for the slower rank not counted
     auto part = [&](int r) { return r == me ? seg + b : g.slot[static_cast<std::size_t>(r)] + b; };
     // one pass per added rank; without a column step the last pass also writes the result out
     float* out = mine + b;
     float* last = col.size > 1 ? nullptr : seg + b;
     if (q == 1) std::memcpy(out, part(0), (e - b) * sizeof(float));
-    for (int r = 1; r < q; ++r)
-      add_to(out, r == q - 1 ? last : nullptr, r == 1 ? part(0) : out, part(r), e - b);
+    for (int r = 1; r < q; ++r) {
+      auto pass = r == q - 1 && stores == 1 ? stream_add_to : add_to;
+      pass(out, r == q - 1 ? last : nullptr, r == 1 ? part(0) : out, part(r), e - b);
+    }
     if (col.size > 1) {
       rabenseifner(out, e - b, col, tmp2_);
       std::memcpy(seg + b, out, (e - b) * sizeof(float));
@@ -347,6 +454,11 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
       std::memcpy(seg + rb, g.slot[static_cast<std::size_t>(r)] + rb, (re - rb) * sizeof(float));
     }
     sync(); // nobody overwrites the window before everyone has read it
+    if (stores >= 0 && opt_.window_stores == WindowStores::adaptive) {
+      const std::chrono::duration<double> took =
+          (t1 - t0) + (std::chrono::steady_clock::now() - t2);
+      store_chooser(g.choice, w).learn(stores, took.count() / static_cast<double>(w));
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,11 +30,41 @@ class Watchdog;
 // "torus2d"; "auto" -> nullopt. Throws std::invalid_argument for other names.
 std::optional<AllreduceAlgo> parse_allreduce(const std::string& name);
 
+// How hierarchical's shared-window step stores into the window. Plain (cached) stores into lines
+// that another core read last must first take them back from that core's cache; where the two
+// cores sit far apart (on this VM: a core-to-core round trip of 330 ns against 85 ns, changing
+// with the host's placement of the virtual CPUs) that ran 8x slower than streaming stores,
+// which send whole lines to memory. Where the cores are close, plain stores were 1.5-1.9x
+// faster for the whole step. adaptive: times both per segment, see shm_two_level.
+enum class WindowStores { adaptive, cached, streaming };
+
+// adaptive window stores for segments of one size: the kind in use (0 cached, 1 streaming)
+// keeps a smoothed time per float; the other kind runs the last 3 of every period segments
+// (period 16 to 512, a power of two so that ranks with different periods still try on common
+// segments, chosen to keep the tries near 2% of the time), and the median of those three
+// replaces its time (measured long ago, perhaps on a machine in another state). The faster kind
+// is kept. Each rank chooses alone: the kinds differ only in speed.
+class StoreChooser {
+public:
+  int next() const; // the kind for the next segment
+  void learn(int kind, double seconds_per_float);
+  int kind() const { return kind_; }
+
+private:
+  static constexpr int kTrial = 3;   // segments per try of the other kind
+  double per_float_[2] = {0.0, 0.0}; // 0: not timed yet
+  int kind_ = 0;
+  std::uint64_t timed_ = 0;
+  double trial_[kTrial] = {};
+  int tried_ = 0;
+};
+
 struct AllreduceOptions {
   std::optional<AllreduceAlgo> algo; // nullopt: auto (the model's choice, or measured: tune)
   int node_size = 0;                 // ranks per node, consecutive ranks; 0 or 1: one per node
   Topology topology = topology_preset("fat-tree");
   bool shared_memory = true; // hierarchical: node-local step through an MPI-3 shared window
+  WindowStores window_stores = WindowStores::adaptive;
   // auto: the first calls of each size try every distinct algorithm (MPI_Allreduce included)
   // in turn, timed, and the fastest is kept (comm.autotune); false: the model alone decides
   bool tune = true;
@@ -112,6 +143,7 @@ private:
   Groups& groups(int c);
   void two_level(float* buf, std::size_t n, int c, bool node_local);
   void shm_two_level(float* buf, std::size_t n, Groups& g);
+  int window_stores_for(Groups& g, std::size_t w) const;
   void run(AllreduceAlgo algo, float* buf, std::size_t n);
   std::vector<AllreduceAlgo> distinct_algorithms();
   struct Trial; // auto's measurement in progress for one size

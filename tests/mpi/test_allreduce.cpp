@@ -26,14 +26,18 @@ int main(int argc, char** argv) {
   for (const char* name : names) {
     const bool hier = std::strcmp(name, "hierarchical") == 0;
     // hierarchical: emulated nodes of 1, 2, 4 ranks and one node of all ranks, with the
-    // node-local step through the shared window and through point-to-point messages
+    // node-local step through the shared window (stores adaptive, cached, streaming: shm 1-3)
+    // and through point-to-point messages (shm 0)
     for (int node : {0, 1, 2, 4, size}) {
-      for (int shm = 1; shm >= 0; --shm) {
-        if (!hier && (node != 0 || shm == 0)) continue;
+      for (int shm = 3; shm >= 0; --shm) {
+        if (!hier && (node != 0 || shm != 1)) continue;
         pt::AllreduceOptions opt;
         opt.algo = pt::parse_allreduce(name);
         opt.node_size = node;
-        opt.shared_memory = shm == 1;
+        opt.shared_memory = shm >= 1;
+        opt.window_stores = shm == 3   ? pt::WindowStores::streaming
+                            : shm == 2 ? pt::WindowStores::cached
+                                       : pt::WindowStores::adaptive;
         opt.topology = pt::topology_preset("fat-tree");
         pt::Allreducer red(MPI_COMM_WORLD, opt); // kept across counts, as the trainer does
         for (std::size_t n : counts) {
@@ -59,7 +63,7 @@ int main(int argc, char** argv) {
         }
         // every node of more than one rank shares memory here: the window must have been used
         const int g = std::min(node, size); // more ranks per node than ranks: one node
-        const bool expect_shm = hier && shm == 1 && g > 1 && size % g == 0;
+        const bool expect_shm = hier && shm >= 1 && g > 1 && size % g == 0;
         if (red.used_shared_memory() != expect_shm) {
           ++failed;
           if (rank == 0) {

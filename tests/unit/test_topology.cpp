@@ -183,6 +183,38 @@ TEST(AutoWatch, VerdictFollowsTheTimes) {
   EXPECT_DOUBLE_EQ(pt::mean_of_fastest({4.0, 1.0, 2.0, 3.0, 100.0}, 5), 2.5);
 }
 
+// The window's stores: segments whose times depend on the kind of stores (and on a machine
+// state that changes) end up on the faster kind, and the slower kind runs about 2% of the
+// segments or fewer.
+TEST(WindowStores, ChooserFollowsTheFasterKind) {
+  pt::StoreChooser c;
+  auto run = [&](int segments, double cached, double streaming) {
+    int tries = 0;
+    for (int i = 0; i < segments; ++i) {
+      const int k = c.next();
+      tries += k != c.kind() ? 1 : 0;
+      c.learn(k, k == 0 ? cached : streaming);
+    }
+    return tries;
+  };
+  run(64, 1.0, 1.6); // cores close together: cached stores faster
+  EXPECT_EQ(c.kind(), 0);
+  EXPECT_LE(run(2048, 1.0, 1.6), 2048 * 3 / 64); // tries every 64th segment or less often
+  EXPECT_EQ(c.kind(), 0);
+  run(512, 5.0, 1.0); // far apart: streaming stores faster; found at the first try
+  EXPECT_EQ(c.kind(), 1);
+  EXPECT_LE(run(4096, 5.0, 1.0), 4096 * 3 / 512);
+  run(1024, 1.0, 1.6); // back: cached found at the next try, within 512 segments
+  EXPECT_EQ(c.kind(), 0);
+  // one stalled try of the other kind (median of three) does not switch
+  pt::StoreChooser d;
+  for (int i = 0; i < 16; ++i) {
+    const int k = d.next();
+    d.learn(k, k == 0 ? 1.0 : (i == 13 ? 0.1 : 2.0));
+  }
+  EXPECT_EQ(d.kind(), 0);
+}
+
 TEST(GradBuckets, ReverseLayerOrderCoveringEverything) {
   pt::ModelConfig m;
   m.n_layer = 6;
