@@ -3,6 +3,7 @@
 //          [--ranks-per-node N] [--topology T | --calibration FILE] [--seconds 0.1]
 //   build/pipetrain-bench simulate --nodes N [--ranks-per-node G] [--topology T | --calibration F]
 //   mpirun -np P build/pipetrain-bench calibrate [--out calibration.toml] [--ranks-per-node N]
+//   mpirun -np P build/pipetrain-bench window [--samples 60]   (all ranks on one node)
 // allreduce: OSU-style (each call timed alone between barriers; avg/min/max over ranks of each
 // rank's mean) for MPI_Allreduce, every comm.allreduce algorithm, "auto" (measured choice),
 // "model" (auto with comm.autotune = false) and MPI_Allreduce again (the run's noise floor),
@@ -16,10 +17,12 @@
 // MPI_Allreduce's) use t90. simulate: the topology model's time of each algorithm on N nodes,
 // next to the bandwidth bound. calibrate: measures alpha, beta (MPI_Sendrecv exchanges) inside a
 // node and between nodes, and gamma (float32 sums), and writes the TOML that comm.calibration
-// reads.
+// reads. window: per sample, the round trip of a cache line between two cores and hierarchical's
+// window step with each kind of stores against MPI_Allreduce (docs/collectives.md).
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -236,6 +240,138 @@ int bench_allreduce(const Args& a) {
                 "%.0f%%); the same MPI_Allreduce timed twice differs by up to %.0f%%\n",
                 (worst - 1.0) * 100.0, (worst_model - 1.0) * 100.0, (worst_noise - 1.0) * 100.0);
   }
+  return 0;
+}
+
+// ---- window ----------------------------------------------------------------------------------
+
+// Round trip of one cache line between ranks 0 and 1 of a shared-memory communicator (others
+// wait): each writes the count the other waits for, n times.
+double core_round_trip(MPI_Comm sh, std::atomic<int>* line, int n) {
+  int r = 0;
+  PT_MPI(MPI_Comm_rank(sh, &r));
+  PT_MPI(MPI_Barrier(sh));
+  const double t0 = MPI_Wtime();
+  if (r < 2) {
+    for (int i = 0; i < n; ++i) {
+      const int wait = 2 * i + r, next = 2 * i + r + 1;
+      while (line->load(std::memory_order_acquire) != wait) {
+      }
+      line->store(next, std::memory_order_release);
+    }
+  }
+  double t = (MPI_Wtime() - t0) / n;
+  PT_MPI(MPI_Barrier(sh));
+  if (r == 0) line->store(0, std::memory_order_release);
+  PT_MPI(MPI_Bcast(&t, 1, MPI_DOUBLE, 0, sh));
+  PT_MPI(MPI_Barrier(sh));
+  return t;
+}
+
+// The shared-window step's stores (docs/collectives.md): per sample, the core-to-core round
+// trip and hierarchical on one node with adaptive, cached and streaming stores against
+// MPI_Allreduce, interleaved call by call; at the end the means per state of the cores.
+int bench_window(const Args& a) {
+  MPI_Comm sh;
+  PT_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &sh));
+  int r = 0, p = 1, world = 1;
+  PT_MPI(MPI_Comm_rank(sh, &r));
+  PT_MPI(MPI_Comm_size(sh, &p));
+  PT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  if (p < 2 || p != world) {
+    PT_MPI(MPI_Comm_free(&sh));
+    throw std::invalid_argument("window needs 2 or more ranks, all on one node");
+  }
+  const int samples = std::max(1, static_cast<int>(a.num("--samples", 60)));
+  char* base = nullptr;
+  MPI_Win win;
+  PT_MPI(MPI_Win_allocate_shared(r == 0 ? 64 : 0, 1, MPI_INFO_NULL, sh, &base, &win));
+  {
+    MPI_Aint sz = 0;
+    int unit = 0;
+    PT_MPI(MPI_Win_shared_query(win, 0, &sz, &unit, &base));
+  }
+  auto* line = new (base) std::atomic<int>(0);
+  PT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
+  PT_MPI(MPI_Win_sync(win));
+  PT_MPI(MPI_Barrier(sh));
+  std::vector<std::unique_ptr<pt::Allreducer>> red;
+  for (int k = 0; k < 4; ++k) {
+    pt::AllreduceOptions opt;
+    opt.algo = k == 3 ? pt::AllreduceAlgo::mpi : pt::AllreduceAlgo::hierarchical;
+    opt.node_size = p;
+    opt.tune = false;
+    opt.window_stores = k == 0   ? pt::WindowStores::adaptive
+                        : k == 1 ? pt::WindowStores::cached
+                                 : pt::WindowStores::streaming;
+    red.push_back(std::make_unique<pt::Allreducer>(sh, opt));
+  }
+  const std::size_t sizes[] = {std::size_t{1} << 11, std::size_t{1} << 15, std::size_t{1} << 18,
+                               std::size_t{1} << 20, std::size_t{1} << 22, std::size_t{1} << 24};
+  const std::size_t ns = std::size(sizes);
+  std::vector<double> trip(static_cast<std::size_t>(samples));
+  std::vector<std::vector<double>> ratio(static_cast<std::size_t>(samples)); // [size][kind 0-2]
+  if (r == 0) {
+    std::printf("# pipetrain-bench window: %d ranks on one node; round trip: one cache line "
+                "between ranks 0 and 1; hierarchical's time / MPI_Allreduce's, stores into the "
+                "window adaptive | cached | streaming\n%7s %9s",
+                p, "sample", "trip_ns");
+    for (std::size_t n : sizes) std::printf(" %20s", human(static_cast<double>(n * 4)).c_str());
+    std::printf("\n");
+  }
+  std::vector<float> buf(sizes[ns - 1]);
+  for (int smp = 0; smp < samples; ++smp) {
+    trip[static_cast<std::size_t>(smp)] = core_round_trip(sh, line, 5000);
+    for (std::size_t n : sizes) {
+      double t[4] = {0, 0, 0, 0};
+      const int reps = n >= (std::size_t{1} << 22) ? 2 : n >= (std::size_t{1} << 18) ? 8 : 40;
+      for (int it = 0; it < reps; ++it) {
+        for (int k = 0; k < 4; ++k) {
+          std::memset(buf.data(), 0, n * sizeof(float));
+          PT_MPI(MPI_Barrier(sh));
+          const double t0 = MPI_Wtime();
+          red[static_cast<std::size_t>(k)]->sum(buf.data(), n);
+          t[k] += MPI_Wtime() - t0;
+        }
+      }
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 4, MPI_DOUBLE, MPI_MAX, sh));
+      for (int k = 0; k < 3; ++k) ratio[static_cast<std::size_t>(smp)].push_back(t[k] / t[3]);
+    }
+    if (r == 0) {
+      std::printf("%7d %9.0f", smp, trip[static_cast<std::size_t>(smp)] * 1e9);
+      for (std::size_t i = 0; i < ns; ++i) {
+        const double* x = &ratio[static_cast<std::size_t>(smp)][3 * i];
+        std::printf("   %5.2f %5.2f %5.2f", x[0], x[1], x[2]);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  // two states: round trips within 2x of the fastest sample, and the rest
+  const double fastest = *std::min_element(trip.begin(), trip.end());
+  if (r == 0) {
+    std::printf("# means per state of the cores (round trip within 2x of the fastest sample: "
+                "close; else far); adaptive | cached | streaming\n");
+    for (int far = 0; far < 2; ++far) {
+      std::vector<double> sum(3 * ns, 0.0);
+      int count = 0;
+      for (int smp = 0; smp < samples; ++smp) {
+        if ((trip[static_cast<std::size_t>(smp)] > 2 * fastest) != (far == 1)) continue;
+        ++count;
+        for (std::size_t i = 0; i < 3 * ns; ++i) sum[i] += ratio[static_cast<std::size_t>(smp)][i];
+      }
+      std::printf("# %-5s %3d samples", far ? "far" : "close", count);
+      for (std::size_t i = 0; i < ns && count > 0; ++i) {
+        std::printf("   %5.2f %5.2f %5.2f", sum[3 * i] / count, sum[3 * i + 1] / count,
+                    sum[3 * i + 2] / count);
+      }
+      std::printf("\n");
+    }
+  }
+  red.clear();
+  PT_MPI(MPI_Win_unlock_all(win));
+  PT_MPI(MPI_Win_free(&win));
+  PT_MPI(MPI_Comm_free(&sh));
   return 0;
 }
 
@@ -471,12 +607,13 @@ int calibrate(const Args& a) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: pipetrain-bench allreduce|simulate|calibrate [options]\n"
+               "usage: pipetrain-bench allreduce|simulate|calibrate|window [options]\n"
                "  mpirun -np P pipetrain-bench allreduce [--min-bytes B] [--max-bytes B] "
                "[--seconds S] [--ranks-per-node N] [--topology T | --calibration F]\n"
                "  pipetrain-bench simulate --nodes N [--ranks-per-node G] "
                "[--topology flat|fat-tree|tianhe | --calibration F]\n"
-               "  mpirun -np P pipetrain-bench calibrate [--out FILE] [--ranks-per-node N]\n");
+               "  mpirun -np P pipetrain-bench calibrate [--out FILE] [--ranks-per-node N]\n"
+               "  mpirun -np P pipetrain-bench window [--samples N]   (one node)\n");
   return 2;
 }
 
@@ -489,9 +626,11 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) a.rest.emplace_back(argv[i]);
   try {
     if (cmd == "simulate") return simulate(a); // a model: no MPI needed
-    if (cmd != "allreduce" && cmd != "calibrate") return usage();
+    if (cmd != "allreduce" && cmd != "calibrate" && cmd != "window") return usage();
     MPI_Init(&argc, &argv);
-    const int code = cmd == "allreduce" ? bench_allreduce(a) : calibrate(a);
+    const int code = cmd == "allreduce" ? bench_allreduce(a)
+                     : cmd == "window"  ? bench_window(a)
+                                        : calibrate(a);
     MPI_Finalize();
     return code;
   } catch (const std::exception& e) {
