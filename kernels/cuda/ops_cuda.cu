@@ -1,0 +1,715 @@
+// CUDA implementation of kernels/cuda/ops_cuda.hpp (the ops of kernels/ops.hpp on a GPU).
+// Per-row work (layer norm, softmax, cross-entropy) takes one warp or one block per row;
+// column sums over rows take a block per group of columns and add their partial sums with
+// atomics; every matrix product is one cuBLAS call (attention: one strided-batched call per
+// sequence over its heads). cuBLAS is column-major: a row-major (R,C) matrix is a column-major
+// (C,R) one, so out = inp @ w^T becomes out^T = w^T-as-stored times inp^T-as-stored.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/ops_cuda.hpp"
+
+namespace pt::cuda_ops {
+namespace {
+
+struct Backend {
+  int device = -1;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  float* scratch = nullptr; // attention_backward: NH*T*T floats, grown as needed
+  std::size_t scratch_floats = 0;
+  double* sum = nullptr; // sum_squares' result
+};
+Backend g;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+  }
+}
+
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string("cuBLAS: ") + what + ": status " +
+                             std::to_string(static_cast<int>(s)));
+  }
+}
+
+void ready() {
+  if (g.stream == nullptr) throw std::runtime_error("CUDA backend used before cuda_ops::init");
+}
+
+// A launch error shows at once (a bad configuration); a fault inside a kernel shows at the
+// next synchronize().
+void launched(const char* what) {
+  check(cudaGetLastError(), what);
+}
+
+constexpr int kThreads = 256;
+constexpr float kLayerNormEps = 1e-5f;
+constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+unsigned blocks_for(std::size_t n, int threads = kThreads) {
+  const std::size_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 65535u * 16u ? (b == 0 ? 1 : b) : 65535u * 16u);
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+
+__device__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ float warp_max(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// Sum (or max) over the block; every thread gets the result. `shared` holds 32 floats.
+template <bool Max> __device__ float block_reduce(float x, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int warps = (blockDim.x + 31) / 32;
+  x = Max ? warp_max(x) : warp_sum(x);
+  __syncthreads(); // shared may still be read from an earlier call
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  float y = lane < warps ? shared[lane] : (Max ? -INFINITY : 0.0f);
+  y = Max ? warp_max(y) : warp_sum(y);
+  return y;
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+
+__global__ void encoder_forward_k(float* out, const int32_t* tokens, const float* wte,
+                                  const float* wpe, int BT, int T, int C, int v_begin, int v_end) {
+  const std::size_t total = static_cast<std::size_t>(BT) * C;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    const int t = static_cast<int>(bt % T);
+    const int tok = tokens[bt];
+    float o = 0.0f;
+    if (tok >= v_begin && tok < v_end) o = wte[static_cast<std::size_t>(tok - v_begin) * C + c];
+    if (wpe != nullptr) o += wpe[static_cast<std::size_t>(t) * C + c];
+    out[i] = o;
+  }
+}
+
+__global__ void encoder_backward_k(float* dwte, float* dwpe, const float* dout,
+                                   const int32_t* tokens, int BT, int T, int C, int v_begin,
+                                   int v_end) {
+  const std::size_t total = static_cast<std::size_t>(BT) * C;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    const int tok = tokens[bt];
+    const float d = dout[i];
+    if (tok >= v_begin && tok < v_end) {
+      atomicAdd(dwte + static_cast<std::size_t>(tok - v_begin) * C + c, d);
+    }
+    if (dwpe != nullptr) atomicAdd(dwpe + (bt % T) * C + c, d);
+  }
+}
+
+// one warp per row
+__global__ void layernorm_forward_k(float* out, float* mean, float* rstd, const float* inp,
+                                    const float* w, const float* b, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float* x = inp + static_cast<std::size_t>(row) * C;
+  float s = 0.0f;
+  for (int c = lane; c < C; c += 32) s += x[c];
+  const float m = warp_sum(s) / C;
+  float v = 0.0f;
+  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  const float r = rsqrtf(warp_sum(v) / C + kLayerNormEps);
+  float* o = out + static_cast<std::size_t>(row) * C;
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+__global__ void layernorm_backward_input_k(float* dinp, const float* dout, const float* inp,
+                                           const float* w, const float* mean, const float* rstd,
+                                           int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const std::size_t off = static_cast<std::size_t>(row) * C;
+  const float* x = inp + off;
+  const float* d = dout + off;
+  const float m = mean[row], r = rstd[row];
+  float a = 0.0f, an = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float dn = d[c] * w[c];
+    a += dn;
+    an += dn * (x[c] - m) * r;
+  }
+  const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(an) / C;
+  float* dx = dinp + off;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (x[c] - m) * r;
+    dx[c] += (d[c] * w[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
+  }
+}
+
+// Column sums over rows: block (x: 32 columns, y: a slice of the rows), partial sums added with
+// atomics. f(row, col) is the term.
+constexpr int kRowSlices = 64;
+template <class F> __device__ void column_sums(float* acc, int N, int C, const F& f) {
+  __shared__ float part[kThreads];
+  const int c = blockIdx.x * 32 + threadIdx.x % 32;
+  const int lanes_y = blockDim.x / 32;
+  const int per = (N + gridDim.y - 1) / gridDim.y;
+  const int r0 = blockIdx.y * per, r1 = min(N, r0 + per);
+  float s = 0.0f;
+  if (c < C) {
+    for (int r = r0 + threadIdx.x / 32; r < r1; r += lanes_y) s += f(r, c);
+  }
+  __syncthreads(); // part may still be read by an earlier call in this kernel
+  part[threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.x < 32 && c < C) {
+    float t = 0.0f;
+    for (int k = threadIdx.x; k < blockDim.x; k += 32) t += part[k];
+    atomicAdd(acc + c, t);
+  }
+}
+
+struct Element { // x[r, c]
+  const float* x;
+  int C;
+  __device__ float operator()(int r, int c) const { return x[static_cast<std::size_t>(r) * C + c]; }
+};
+
+struct NormTimesGrad { // dout[r, c] * (inp[r, c] - mean[r]) * rstd[r]
+  const float *dout, *inp, *mean, *rstd;
+  int C;
+  __device__ float operator()(int r, int c) const {
+    const std::size_t i = static_cast<std::size_t>(r) * C + c;
+    return dout[i] * (inp[i] - mean[r]) * rstd[r];
+  }
+};
+
+__global__ void layernorm_backward_weight_k(float* dw, float* db, const float* dout,
+                                            const float* inp, const float* mean, const float* rstd,
+                                            int N, int C) {
+  column_sums(dw, N, C, NormTimesGrad{dout, inp, mean, rstd, C});
+  column_sums(db, N, C, Element{dout, C});
+}
+
+__global__ void column_sum_k(float* acc, const float* x, int N, int C) {
+  column_sums(acc, N, C, Element{x, C});
+}
+
+__global__ void broadcast_rows_k(float* out, const float* bias, int N, int OC) {
+  const std::size_t total = static_cast<std::size_t>(N) * OC;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    out[i] = bias[i % OC];
+  }
+}
+
+// Causal softmax of each (T,T) row in place: row i keeps columns 0..i, the rest become zero.
+// One block per row of all B*NH*T rows.
+__global__ void causal_softmax_k(float* att, int T) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const int i = static_cast<int>(row % T);
+  float* p = att + row * T;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, p[j]);
+  mx = block_reduce<true>(mx, shared);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) {
+    const float e = expf(p[j] - mx);
+    p[j] = e;
+    s += e;
+  }
+  s = block_reduce<false>(s, shared);
+  const float inv = 1.0f / s;
+  for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = j <= i ? p[j] * inv : 0.0f;
+}
+
+// dS = P * (dP - sum_j P dP) in place in ds, row by row (causal: zero above the diagonal)
+__global__ void causal_softmax_backward_k(float* ds, const float* att, int T) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const int i = static_cast<int>(row % T);
+  const float* p = att + row * T;
+  float* d = ds + row * T;
+  float dot = 0.0f;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += p[j] * d[j];
+  dot = block_reduce<false>(dot, shared);
+  for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= i ? p[j] * (d[j] - dot) : 0.0f;
+}
+
+__global__ void gelu_forward_k(float* out, const float* inp, std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    out[i] = 0.5f * x * (1.0f + t);
+  }
+}
+
+__global__ void gelu_backward_k(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+}
+
+// out = a * x + b * y elementwise (add: 1,1; accumulate: out = x = acc; scale: b = 0)
+__global__ void axpby_k(float* out, float a, const float* x, float b, const float* y,
+                        std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    out[i] = y != nullptr ? a * x[i] + b * y[i] : a * x[i];
+  }
+}
+
+__global__ void sum_squares_k(double* total, const float* x, std::size_t n) {
+  __shared__ float shared[32];
+  float s = 0.0f; // per thread in float, blocks summed in double (as the host's chunks)
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    s += x[i] * x[i];
+  }
+  s = block_reduce<false>(s, shared);
+  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(s));
+}
+
+// one block per row: softmax of the logits, and the loss in log-sum-exp form
+__global__ void crossentropy_forward_k(float* losses, float* probs, const float* logits,
+                                       const int32_t* targets, int V) {
+  __shared__ float shared[32];
+  const std::size_t n = blockIdx.x;
+  const float* z = logits + n * V;
+  float* p = probs + n * V;
+  const float z_target = z[targets[n]]; // read before p may overwrite z
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, z[i]);
+  mx = block_reduce<true>(mx, shared);
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float e = expf(z[i] - mx);
+    p[i] = e;
+    s += e;
+  }
+  s = block_reduce<false>(s, shared);
+  const float inv = 1.0f / s;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] *= inv;
+  if (threadIdx.x == 0) losses[n] = logf(s) + mx - z_target;
+}
+
+__global__ void crossentropy_backward_k(float* dlogits, const float* probs, const int32_t* targets,
+                                        float dloss, int N, int V, int v_begin) {
+  const std::size_t total = static_cast<std::size_t>(N) * V;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t n = i / V;
+    const int col = static_cast<int>(i % V);
+    float d = probs[i] * dloss;
+    if (targets[n] - v_begin == col) d -= dloss;
+    dlogits[i] = d;
+  }
+}
+
+__global__ void row_max_k(float* mx, const float* x, int V) {
+  __shared__ float shared[32];
+  const std::size_t n = blockIdx.x;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, x[n * V + i]);
+  m = block_reduce<true>(m, shared);
+  if (threadIdx.x == 0) mx[n] = m;
+}
+
+__global__ void gather_target_k(float* z, const float* x, const int32_t* targets, int N, int V,
+                                int v_begin) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const int t = targets[n] - v_begin;
+  z[n] = (t >= 0 && t < V) ? x[static_cast<std::size_t>(n) * V + t] : 0.0f;
+}
+
+__global__ void softmax_exp_k(float* p, float* sum, const float* x, const float* mx, int V) {
+  __shared__ float shared[32];
+  const std::size_t n = blockIdx.x;
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float e = expf(x[n * V + i] - mx[n]);
+    p[n * V + i] = e;
+    s += e;
+  }
+  s = block_reduce<false>(s, shared);
+  if (threadIdx.x == 0) sum[n] = s;
+}
+
+__global__ void crossentropy_finish_k(float* losses, float* p, const float* sum, const float* mx,
+                                      const float* z_target, int V) {
+  const std::size_t n = blockIdx.x;
+  const float inv = 1.0f / sum[n];
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[n * V + i] *= inv;
+  if (threadIdx.x == 0) losses[n] = logf(sum[n]) + mx[n] - z_target[n];
+}
+
+__global__ void adamw_k(float* param, float* m, float* v, const float* grad, std::size_t n,
+                        float beta1, float beta2, float eps, float decay, float grad_scale,
+                        float step_size, float bc2_sqrt) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float gr = grad[i] * grad_scale;
+    float p = param[i] * decay;
+    const float mi = m[i] + (1.0f - beta1) * (gr - m[i]);
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gr * gr;
+    p -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    param[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+// Row-major C(M,N) = alpha * op(A) op(B) + beta * C with row-major A, B (as the host's gemm):
+// column-major, that is C^T = op(B)^T-stored times op(A)^T-stored.
+void gemm_rm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+             const float* B, int ldb, float beta, float* C, int ldc, const char* what) {
+  check(cublasSgemm(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                    &alpha, B, ldb, A, lda, &beta, C, ldc),
+        what);
+}
+
+// The same over `count` problems whose matrices start stride_a, stride_b, stride_c apart.
+void gemm_rm_batched(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                     long long sa, const float* B, int ldb, long long sb, float beta, float* C,
+                     int ldc, long long sc, int count, const char* what) {
+  check(cublasSgemmStridedBatched(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sb, A,
+                                  lda, sa, &beta, C, ldc, sc, count),
+        what);
+}
+
+unsigned warp_rows_blocks(int N) {
+  return static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32));
+}
+
+dim3 column_grid(int N, int C) {
+  return dim3(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(std::min(N, kRowSlices)));
+}
+
+} // namespace
+
+// ---- backend control ------------------------------------------------------------------------
+
+void init(int device) {
+  if (g.stream != nullptr) return;
+  check(cudaSetDevice(device), "cudaSetDevice");
+  g.device = device;
+  check(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cublasCreate(&g.blas), "cublasCreate");
+  check(cublasSetStream(g.blas, g.stream), "cublasSetStream");
+  check(cublasSetMathMode(g.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  check(cudaMalloc(&g.sum, sizeof(double)), "cudaMalloc");
+}
+
+void finalize() {
+  if (g.stream == nullptr) return;
+  cudaStreamSynchronize(g.stream);
+  cudaFree(g.scratch);
+  cudaFree(g.sum);
+  cublasDestroy(g.blas);
+  cudaStreamDestroy(g.stream);
+  g = Backend{};
+}
+
+void synchronize() {
+  ready();
+  check(cudaStreamSynchronize(g.stream), "a queued kernel");
+}
+
+void set_tf32(bool on) {
+  ready();
+  check(cublasSetMathMode(g.blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+        "cublasSetMathMode");
+}
+
+void* stream() {
+  return g.stream;
+}
+
+const char* blas_name() {
+  return "cublas";
+}
+
+void* alloc(std::size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
+  return p;
+}
+
+void release(void* p) {
+  cudaFree(p);
+}
+
+void to_device(void* dst, const void* src, std::size_t bytes) {
+  ready();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream), "copy to device");
+  synchronize();
+}
+
+void to_host(void* dst, const void* src, std::size_t bytes) {
+  ready();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g.stream), "copy to host");
+  synchronize();
+}
+
+// ---- ops ------------------------------------------------------------------------------------
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C, int v_begin, int v_end) {
+  ready();
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  encoder_forward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, tokens, wte, wpe, B * T, T, C,
+                                                              v_begin, v_end);
+  launched("encoder_forward");
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                      int T, int C, int v_begin, int v_end) {
+  ready();
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  encoder_backward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dwte, dwpe, dout, tokens, B * T, T,
+                                                               C, v_begin, v_end);
+  launched("encoder_backward");
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int N, int C) {
+  ready();
+  layernorm_forward_k<<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(out, mean, rstd, inp, w, b, N,
+                                                                      C);
+  launched("layernorm_forward");
+}
+
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w,
+                              const float* mean, const float* rstd, int N, int C) {
+  ready();
+  layernorm_backward_input_k<<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(dinp, dout, inp, w,
+                                                                             mean, rstd, N, C);
+  launched("layernorm_backward_input");
+}
+
+void layernorm_backward_weight(float* dw, float* db, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int N, int C) {
+  ready();
+  layernorm_backward_weight_k<<<column_grid(N, C), kThreads, 0, g.stream>>>(dw, db, dout, inp, mean,
+                                                                            rstd, N, C);
+  launched("layernorm_backward_weight");
+}
+
+void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C,
+                    int OC) {
+  ready();
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    const std::size_t n = static_cast<std::size_t>(N) * OC;
+    broadcast_rows_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, bias, N, OC);
+    launched("matmul_forward bias");
+    beta = 1.0f;
+  }
+  gemm_rm(false, true, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC, "matmul_forward");
+}
+
+void matmul_backward_input(float* dinp, const float* dout, const float* w, int N, int C, int OC) {
+  ready();
+  gemm_rm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C, "matmul_backward_input");
+}
+
+void matmul_backward_weight(float* dw, float* dbias, const float* dout, const float* inp, int N,
+                            int C, int OC) {
+  ready();
+  gemm_rm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C, "matmul_backward_weight");
+  if (dbias != nullptr) {
+    column_sum_k<<<column_grid(N, OC), kThreads, 0, g.stream>>>(dbias, dout, N, OC);
+    launched("matmul_backward_weight bias");
+  }
+}
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  ready();
+  const int HS = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const long long TT = static_cast<long long>(T) * T;
+  for (int b = 0; b < B; ++b) { // all heads of one sequence per call
+    const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* p = att + static_cast<std::size_t>(b) * NH * TT;
+    gemm_rm_batched(false, true, T, T, HS, scale, q, C3, HS, k, C3, HS, 0.0f, p, T, TT, NH,
+                    "attention scores");
+    causal_softmax_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(p, T);
+    launched("attention softmax");
+    float* o = out + static_cast<std::size_t>(b) * T * C;
+    gemm_rm_batched(false, false, T, HS, T, 1.0f, p, T, TT, v, C3, HS, 0.0f, o, C, HS, NH,
+                    "attention output");
+  }
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH) {
+  ready();
+  (void)scratch;
+  const int HS = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const long long TT = static_cast<long long>(T) * T;
+  const std::size_t need = static_cast<std::size_t>(NH) * TT;
+  if (g.scratch_floats < need) {
+    check(cudaStreamSynchronize(g.stream), "attention_backward scratch");
+    cudaFree(g.scratch);
+    g.scratch = nullptr;
+    g.scratch_floats = 0;
+    check(cudaMalloc(&g.scratch, need * sizeof(float)), "attention_backward scratch");
+    g.scratch_floats = need;
+  }
+  float* ds = g.scratch;
+  for (int b = 0; b < B; ++b) {
+    const std::size_t off = static_cast<std::size_t>(b) * T * C3;
+    const float* q = qkv + off;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv + off;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* p = att + static_cast<std::size_t>(b) * NH * TT;
+    const float* d = dout + static_cast<std::size_t>(b) * T * C;
+    // dP = dout_h @ v^T ; dv += P^T @ dout_h
+    gemm_rm_batched(false, true, T, T, HS, 1.0f, d, C, HS, v, C3, HS, 0.0f, ds, T, TT, NH,
+                    "attention dP");
+    gemm_rm_batched(true, false, T, HS, T, 1.0f, p, T, TT, d, C, HS, 1.0f, dv, C3, HS, NH,
+                    "attention dv");
+    causal_softmax_backward_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(ds, p, T);
+    launched("attention softmax backward");
+    // dq += scale dS @ k ; dk += scale dS^T @ q
+    gemm_rm_batched(false, false, T, HS, T, scale, ds, T, TT, k, C3, HS, 1.0f, dq, C3, HS, NH,
+                    "attention dq");
+    gemm_rm_batched(true, false, T, HS, T, scale, ds, T, TT, q, C3, HS, 1.0f, dk, C3, HS, NH,
+                    "attention dk");
+  }
+}
+
+void gelu_forward(float* out, const float* inp, std::size_t n) {
+  ready();
+  gelu_forward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, inp, n);
+  launched("gelu_forward");
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  ready();
+  gelu_backward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dinp, inp, dout, n);
+  launched("gelu_backward");
+}
+
+void add(float* out, const float* a, const float* b, std::size_t n) {
+  ready();
+  axpby_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, 1.0f, a, 1.0f, b, n);
+  launched("add");
+}
+
+void accumulate(float* acc, const float* x, std::size_t n) {
+  ready();
+  axpby_k<<<blocks_for(n), kThreads, 0, g.stream>>>(acc, 1.0f, acc, 1.0f, x, n);
+  launched("accumulate");
+}
+
+void zero(float* x, std::size_t n) {
+  ready();
+  check(cudaMemsetAsync(x, 0, n * sizeof(float), g.stream), "zero");
+}
+
+void scale(float* x, float s, std::size_t n) {
+  ready();
+  axpby_k<<<blocks_for(n), kThreads, 0, g.stream>>>(x, s, x, 0.0f, nullptr, n);
+  launched("scale");
+}
+
+double sum_squares(const float* x, std::size_t n) {
+  ready();
+  check(cudaMemsetAsync(g.sum, 0, sizeof(double), g.stream), "sum_squares");
+  sum_squares_k<<<std::min(blocks_for(n), 1024u), kThreads, 0, g.stream>>>(g.sum, x, n);
+  launched("sum_squares");
+  double total = 0.0;
+  to_host(&total, g.sum, sizeof total);
+  return total;
+}
+
+void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
+                          int N, int V) {
+  ready();
+  crossentropy_forward_k<<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, probs, logits,
+                                                                         targets, V);
+  launched("crossentropy_forward");
+}
+
+void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                           int N, int V, int v_begin) {
+  ready();
+  const std::size_t n = static_cast<std::size_t>(N) * V;
+  crossentropy_backward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dlogits, probs, targets, dloss,
+                                                                    N, V, v_begin);
+  launched("crossentropy_backward");
+}
+
+void row_max(float* mx, const float* x, int N, int V) {
+  ready();
+  row_max_k<<<static_cast<unsigned>(N), 512, 0, g.stream>>>(mx, x, V);
+  launched("row_max");
+}
+
+void gather_target(float* z, const float* x, const int32_t* targets, int N, int V, int v_begin) {
+  ready();
+  gather_target_k<<<blocks_for(static_cast<std::size_t>(N)), kThreads, 0, g.stream>>>(
+      z, x, targets, N, V, v_begin);
+  launched("gather_target");
+}
+
+void softmax_exp(float* p, float* sum, const float* x, const float* mx, int N, int V) {
+  ready();
+  softmax_exp_k<<<static_cast<unsigned>(N), 512, 0, g.stream>>>(p, sum, x, mx, V);
+  launched("softmax_exp");
+}
+
+void crossentropy_finish(float* losses, float* p, const float* sum, const float* mx,
+                         const float* z_target, int N, int V) {
+  ready();
+  crossentropy_finish_k<<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, p, sum, mx,
+                                                                        z_target, V);
+  launched("crossentropy_finish");
+}
+
+void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n,
+                  const pt::ops::AdamWStep& s) {
+  ready();
+  // the same operation order as the host (and torch.optim.AdamW)
+  const float decay = 1.0f - s.lr * s.weight_decay;
+  const float step_size = static_cast<float>(s.lr / (1.0 - s.beta1_t));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - s.beta2_t));
+  adamw_k<<<blocks_for(n), kThreads, 0, g.stream>>>(param, m, v, grad, n, s.beta1, s.beta2, s.eps,
+                                                    decay, s.grad_scale, step_size, bc2_sqrt);
+  launched("adamw_update");
+}
+
+} // namespace pt::cuda_ops
