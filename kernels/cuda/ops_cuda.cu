@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -404,11 +405,12 @@ void gemm_rm_batched(bool ta, bool tb, int M, int N, int K, float alpha, const f
 }
 
 unsigned warp_rows_blocks(int N) {
-  return static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32));
+  return static_cast<unsigned>(std::max(1, (N + kThreads / 32 - 1) / (kThreads / 32)));
 }
 
 dim3 column_grid(int N, int C) {
-  return dim3(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(std::min(N, kRowSlices)));
+  return dim3(static_cast<unsigned>(std::max(1, (C + 31) / 32)),
+              static_cast<unsigned>(std::max(1, std::min(N, kRowSlices))));
 }
 
 } // namespace
@@ -500,6 +502,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int N, int C) {
   ready();
+  if (N == 0) return;
   layernorm_forward_k<<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(out, mean, rstd, inp, w, b, N,
                                                                       C);
   launched("layernorm_forward");
@@ -508,6 +511,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w,
                               const float* mean, const float* rstd, int N, int C) {
   ready();
+  if (N == 0) return;
   layernorm_backward_input_k<<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(dinp, dout, inp, w,
                                                                              mean, rstd, N, C);
   launched("layernorm_backward_input");
@@ -516,6 +520,7 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
 void layernorm_backward_weight(float* dw, float* db, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int N, int C) {
   ready();
+  if (N == 0) return;
   layernorm_backward_weight_k<<<column_grid(N, C), kThreads, 0, g.stream>>>(dw, db, dout, inp, mean,
                                                                             rstd, N, C);
   launched("layernorm_backward_weight");
@@ -524,6 +529,7 @@ void layernorm_backward_weight(float* dw, float* db, const float* dout, const fl
 void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C,
                     int OC) {
   ready();
+  if (N == 0 || OC == 0) return;
   float beta = 0.0f;
   if (bias != nullptr) {
     const std::size_t n = static_cast<std::size_t>(N) * OC;
@@ -536,12 +542,14 @@ void matmul_forward(float* out, const float* inp, const float* w, const float* b
 
 void matmul_backward_input(float* dinp, const float* dout, const float* w, int N, int C, int OC) {
   ready();
+  if (N == 0 || C == 0) return;
   gemm_rm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C, "matmul_backward_input");
 }
 
 void matmul_backward_weight(float* dw, float* dbias, const float* dout, const float* inp, int N,
                             int C, int OC) {
   ready();
+  if (N == 0 || OC == 0) return;
   gemm_rm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C, "matmul_backward_weight");
   if (dbias != nullptr) {
     column_sum_k<<<column_grid(N, OC), kThreads, 0, g.stream>>>(dbias, dout, N, OC);
@@ -551,6 +559,7 @@ void matmul_backward_weight(float* dw, float* dbias, const float* dout, const fl
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   ready();
+  if (B == 0 || T == 0) return;
   const int HS = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const long long TT = static_cast<long long>(T) * T;
@@ -572,6 +581,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH) {
   ready();
+  if (B == 0 || T == 0) return;
   (void)scratch;
   const int HS = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -659,6 +669,7 @@ double sum_squares(const float* x, std::size_t n) {
 void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
                           int N, int V) {
   ready();
+  if (N == 0 || V == 0) return;
   crossentropy_forward_k<<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, probs, logits,
                                                                          targets, V);
   launched("crossentropy_forward");
@@ -675,12 +686,14 @@ void crossentropy_backward(float* dlogits, const float* probs, const int32_t* ta
 
 void row_max(float* mx, const float* x, int N, int V) {
   ready();
+  if (N == 0 || V == 0) return;
   row_max_k<<<static_cast<unsigned>(N), 512, 0, g.stream>>>(mx, x, V);
   launched("row_max");
 }
 
 void gather_target(float* z, const float* x, const int32_t* targets, int N, int V, int v_begin) {
   ready();
+  if (N == 0) return;
   gather_target_k<<<blocks_for(static_cast<std::size_t>(N)), kThreads, 0, g.stream>>>(
       z, x, targets, N, V, v_begin);
   launched("gather_target");
@@ -688,6 +701,7 @@ void gather_target(float* z, const float* x, const int32_t* targets, int N, int 
 
 void softmax_exp(float* p, float* sum, const float* x, const float* mx, int N, int V) {
   ready();
+  if (N == 0 || V == 0) return;
   softmax_exp_k<<<static_cast<unsigned>(N), 512, 0, g.stream>>>(p, sum, x, mx, V);
   launched("softmax_exp");
 }
@@ -695,6 +709,7 @@ void softmax_exp(float* p, float* sum, const float* x, const float* mx, int N, i
 void crossentropy_finish(float* losses, float* p, const float* sum, const float* mx,
                          const float* z_target, int N, int V) {
   ready();
+  if (N == 0 || V == 0) return;
   crossentropy_finish_k<<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, p, sum, mx,
                                                                         z_target, V);
   launched("crossentropy_finish");
