@@ -268,8 +268,10 @@ struct Allreducer::Groups {
   MPI_Win win = MPI_WIN_NULL;
   std::size_t win_floats = 0; // per rank
   std::vector<float*> slot;   // every row rank's part of the window
-  // adaptive window stores per segment size class (2^11 floats and up, doubling)
+  // adaptive window stores per segment size class (2^11 floats and up, doubling); a class
+  // seen for the first time starts with the kind the last timed segment of any class kept
   std::array<StoreChooser, 8> choice;
+  int last_kind = 0;
 };
 
 struct Allreducer::Trial {
@@ -349,6 +351,8 @@ StoreChooser& store_chooser(std::array<StoreChooser, 8>& choice, std::size_t w) 
 } // namespace
 
 int StoreChooser::next() const {
+  if (tried_ > 0) return 1 - kind_; // a try in progress: three segments in a row
+  if (timed_ >= 1 && per_float_[1 - kind_] == 0.0) return 1 - kind_; // the first try, early
   const double mine = per_float_[kind_], other = per_float_[1 - kind_];
   std::uint64_t period = 16;
   if (mine > 0.0 && other > 0.0) {
@@ -357,6 +361,10 @@ int StoreChooser::next() const {
     }
   }
   return timed_ % period >= period - kTrial ? 1 - kind_ : kind_;
+}
+
+void StoreChooser::seed(int kind) {
+  if (timed_ == 0) kind_ = kind;
 }
 
 void StoreChooser::learn(int kind, double seconds_per_float) {
@@ -380,7 +388,10 @@ int Allreducer::window_stores_for(Groups& g, std::size_t w) const {
   if (opt_.window_stores != WindowStores::adaptive) {
     return opt_.window_stores == WindowStores::streaming ? 1 : 0;
   }
-  return w < kTimedSegmentFloats ? -1 : store_chooser(g.choice, w).next();
+  if (w < kTimedSegmentFloats) return -1;
+  StoreChooser& c = store_chooser(g.choice, w);
+  c.seed(g.last_kind);
+  return c.next();
 }
 
 // Node-local reduce-scatter and all-gather through the shared window, per segment of at most
@@ -457,7 +468,9 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     if (stores >= 0 && opt_.window_stores == WindowStores::adaptive) {
       const std::chrono::duration<double> took =
           (t1 - t0) + (std::chrono::steady_clock::now() - t2);
-      store_chooser(g.choice, w).learn(stores, took.count() / static_cast<double>(w));
+      StoreChooser& c = store_chooser(g.choice, w);
+      c.learn(stores, took.count() / static_cast<double>(w));
+      g.last_kind = c.kind();
     }
   }
 }
