@@ -96,8 +96,9 @@ double interpolate(double x, const std::vector<double>& xs, const std::vector<do
 }
 
 // hierarchical's node-local step through the shared window, g ranks: per segment three
-// barriers (a dissemination barrier: ceil(log2 g) exchanges of nothing), each rank copies its
-// n bytes in and the result out, and sums its n/g chunk over g copies
+// barriers (a dissemination barrier: ceil(log2 g) exchanges of nothing); each rank copies the
+// g-1 chunks it does not own into the window and the g-1 sums of the others out of it, and adds
+// g-1 copies of its own n/g chunk
 double shm_node_time(double n, int g, const LinkCost& l) {
   if (!l.window_bytes.empty()) { // measured; past the largest size, proportional to n
     return interpolate(n, l.window_bytes, l.window_s, l.window_s.back() / l.window_bytes.back());
@@ -106,7 +107,8 @@ double shm_node_time(double n, int g, const LinkCost& l) {
   while ((1 << rounds) < g) ++rounds;
   const double segments =
       std::ceil(n / (sizeof(float) * static_cast<double>(kWindowSegmentFloats)));
-  return segments * 3.0 * rounds * l.message(0.0) + 2.0 * n * l.copy + n * l.gamma;
+  const double others = (g - 1.0) / g * n; // bytes of the chunks a rank does not own
+  return segments * 3.0 * rounds * l.message(0.0) + 2.0 * others * l.copy + others * l.gamma;
 }
 
 // Reduce-scatter and all-gather around rings of c consecutive ranks, then an all-reduce of each
