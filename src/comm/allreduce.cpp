@@ -339,10 +339,6 @@ void plain_copy(float* dst, const float* src, std::size_t n) {
 
 constexpr std::size_t kTimedSegmentFloats = 2048; // smaller segments: cached stores, untimed
 
-} // namespace
-
-namespace {
-
 StoreChooser& store_chooser(std::array<StoreChooser, 8>& choice, std::size_t w) {
   return choice[std::min<std::size_t>(std::bit_width(w / kTimedSegmentFloats) - 1,
                                       choice.size() - 1)];
