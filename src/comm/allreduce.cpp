@@ -91,6 +91,18 @@ void stream_add_to(float* out, float* also, const float* a, const float* b, std:
 #endif
 }
 
+// How often to try something measured slower than what runs: every 16th time, doubled (up to
+// cap) while `tries` runs of it, at `other` against `mine` seconds, would cost more than 2% of
+// the time in between. Unmeasured (0): every 16th.
+std::uint64_t try_period(double mine, double other, double tries, std::uint64_t cap) {
+  std::uint64_t period = 16;
+  if (mine <= 0.0 || other <= 0.0) return period;
+  while (period < cap && tries * (other - mine) > 0.02 * mine * static_cast<double>(period)) {
+    period *= 2;
+  }
+  return period;
+}
+
 // Chunk k of n floats split in p nearly equal parts: [begin, end).
 std::size_t chunk_begin(std::size_t n, int p, int k) {
   return n / static_cast<std::size_t>(p) * static_cast<std::size_t>(k) +
@@ -349,13 +361,7 @@ StoreChooser& store_chooser(std::array<StoreChooser, 8>& choice, std::size_t w) 
 int StoreChooser::next() const {
   if (tried_ > 0) return 1 - kind_; // a try in progress: three segments in a row
   if (timed_ >= 1 && per_float_[1 - kind_] == 0.0) return 1 - kind_; // the first try, early
-  const double mine = per_float_[kind_], other = per_float_[1 - kind_];
-  std::uint64_t period = 16;
-  if (mine > 0.0 && other > 0.0) {
-    while (period < 512 && kTrial * (other - mine) > 0.02 * mine * static_cast<double>(period)) {
-      period *= 2;
-    }
-  }
+  const std::uint64_t period = try_period(per_float_[kind_], per_float_[1 - kind_], kTrial, 512);
   return timed_ % period >= period - kTrial ? 1 - kind_ : kind_;
 }
 
@@ -376,18 +382,6 @@ void StoreChooser::learn(int kind, double seconds_per_float) {
   std::sort(trial_, trial_ + kTrial);
   per_float_[kind] = trial_[kTrial / 2];
   if (per_float_[kind] < per_float_[kind_]) kind_ = kind;
-}
-
-// The kind of stores for the next segment of w floats (0 cached, 1 streaming), or -1: cached
-// and not timed (adaptive, segments too short to time).
-int Allreducer::window_stores_for(Groups& g, std::size_t w) const {
-  if (opt_.window_stores != WindowStores::adaptive) {
-    return opt_.window_stores == WindowStores::streaming ? 1 : 0;
-  }
-  if (w < kTimedSegmentFloats) return -1;
-  StoreChooser& c = store_chooser(g.choice, w);
-  c.seed(g.last_kind);
-  return c.next();
 }
 
 // Node-local reduce-scatter and all-gather through the shared window, per segment of at most
@@ -433,14 +427,25 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     const std::size_t w = std::min(want, n - off);
     float* seg = buf + off;
     const std::size_t b = chunk_begin(w, q, me), e = chunk_begin(w, q, me + 1);
-    const int stores = window_stores_for(g, w);
-    const auto t0 = std::chrono::steady_clock::now();
+    // the kind of stores into the window (0 cached, 1 streaming): fixed, or adaptive: the
+    // chooser of this segment size picks it and times the step (segments too short to time:
+    // cached, no chooser)
+    StoreChooser* chooser = nullptr;
+    int stores = opt_.window_stores == WindowStores::streaming ? 1 : 0;
+    if (opt_.window_stores == WindowStores::adaptive && w >= kTimedSegmentFloats) {
+      chooser = &store_chooser(g.choice, w);
+      chooser->seed(g.last_kind);
+      stores = chooser->next();
+    }
+    using Clock = std::chrono::steady_clock;
+    auto now = [&] { return chooser != nullptr ? Clock::now() : Clock::time_point{}; };
+    const auto t0 = now();
     auto copy_in = stores == 1 ? stream_copy : plain_copy;
     copy_in(mine, seg, b);
     copy_in(mine + e, seg + e, w - e);
-    const auto t1 = std::chrono::steady_clock::now();
+    const auto t1 = now();
     sync();
-    const auto t2 = std::chrono::steady_clock::now(); // the wait for the slower rank not counted
+    const auto t2 = now(); // the wait for the slower rank not counted
     auto part = [&](int r) { return r == me ? seg + b : g.slot[static_cast<std::size_t>(r)] + b; };
     // one pass per added rank; without a column step the last pass also writes the result out
     float* out = mine + b;
@@ -461,12 +466,10 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
       std::memcpy(seg + rb, g.slot[static_cast<std::size_t>(r)] + rb, (re - rb) * sizeof(float));
     }
     sync(); // nobody overwrites the window before everyone has read it
-    if (stores >= 0 && opt_.window_stores == WindowStores::adaptive) {
-      const std::chrono::duration<double> took =
-          (t1 - t0) + (std::chrono::steady_clock::now() - t2);
-      StoreChooser& c = store_chooser(g.choice, w);
-      c.learn(stores, took.count() / static_cast<double>(w));
-      g.last_kind = c.kind();
+    if (chooser != nullptr) {
+      const std::chrono::duration<double> took = (t1 - t0) + (Clock::now() - t2);
+      chooser->learn(stores, took.count() / static_cast<double>(w));
+      g.last_kind = chooser->kind();
     }
   }
 }
@@ -546,9 +549,7 @@ std::size_t challenge_period(const TuneResult& w, const AllreduceAlgo* challenge
     if (algo == w.pick) pick = sec;
     if (challenger != nullptr && algo == *challenger) other = sec;
   }
-  std::size_t period = 16;
-  while (period < 256 && pick > 0.0 && (other / pick - 1.0) / period > 0.02) period *= 2;
-  return period;
+  return try_period(pick, other, 1.0, 256);
 }
 
 } // namespace

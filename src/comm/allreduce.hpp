@@ -145,7 +145,6 @@ private:
   Groups& groups(int c);
   void two_level(float* buf, std::size_t n, int c, bool node_local);
   void shm_two_level(float* buf, std::size_t n, Groups& g);
-  int window_stores_for(Groups& g, std::size_t w) const;
   void run(AllreduceAlgo algo, float* buf, std::size_t n);
   std::vector<AllreduceAlgo> distinct_algorithms();
   struct Trial; // auto's measurement in progress for one size
