@@ -1,8 +1,10 @@
-// What the CUDA side of this build can do. The GPU kernels themselves come with the GPU issue;
-// until then a deck asking for device.kind="cuda" is refused with this explanation.
+// What the CUDA side of this build can do, and the way in to the CUDA backend. Every function
+// here exists in every build; without nvcc they report that CUDA was not compiled in.
 #pragma once
 
 #include <string>
+
+#include "backend.hpp"
 
 namespace pt::cuda {
 
@@ -10,5 +12,12 @@ namespace pt::cuda {
 bool compiled();
 // Number of visible CUDA devices; 0 with `why` filled when none can be used.
 int device_count(std::string& why);
+
+// Selects `device` for this process, sets the precision of its matrix products
+// (fp32 | tf32 | bf16, see cuda_ops::set_precision) and returns the CUDA backend's table.
+// Throws std::runtime_error when CUDA is not compiled in or the device cannot be used.
+const Backend& start(int device, const std::string& precision);
+// FLOP/s of a large matrix product at the started backend's precision (the MFU denominator).
+double measure_gemm_flops(double seconds);
 
 } // namespace pt::cuda

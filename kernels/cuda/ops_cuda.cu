@@ -24,6 +24,8 @@ struct Backend {
   float* scratch = nullptr; // attention_backward: NH*T*T floats, grown as needed
   std::size_t scratch_floats = 0;
   double* sum = nullptr; // sum_squares' result
+  // matrix products: fp32 inputs and outputs; tensor cores with TF32 or bf16 inputs when asked
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
 };
 Backend g;
 
@@ -389,8 +391,9 @@ __global__ void adamw_k(float* param, float* m, float* v, const float* grad, std
 // column-major, that is C^T = op(B)^T-stored times op(A)^T-stored.
 void gemm_rm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
              const float* B, int ldb, float beta, float* C, int ldc, const char* what) {
-  check(cublasSgemm(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                    &alpha, B, ldb, A, lda, &beta, C, ldc),
+  check(cublasGemmEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
+                     K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
+                     g.compute, CUBLAS_GEMM_DEFAULT),
         what);
 }
 
@@ -398,9 +401,10 @@ void gemm_rm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
 void gemm_rm_batched(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                      long long sa, const float* B, int ldb, long long sb, float beta, float* C,
                      int ldc, long long sc, int count, const char* what) {
-  check(cublasSgemmStridedBatched(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sb, A,
-                                  lda, sa, &beta, C, ldc, sc, count),
+  check(cublasGemmStridedBatchedEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
+                                   ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F, ldc, sc,
+                                   count, g.compute, CUBLAS_GEMM_DEFAULT),
         what);
 }
 
@@ -444,9 +448,55 @@ void synchronize() {
 }
 
 void set_tf32(bool on) {
+  set_precision(on ? "tf32" : "fp32");
+}
+
+void set_precision(const std::string& precision) {
   ready();
-  check(cublasSetMathMode(g.blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-        "cublasSetMathMode");
+  if (precision == "fp32") {
+    g.compute = CUBLAS_COMPUTE_32F;
+  } else if (precision == "tf32") {
+    g.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  } else if (precision == "bf16") {
+    g.compute = CUBLAS_COMPUTE_32F_FAST_16BF;
+  } else {
+    throw std::runtime_error("CUDA backend: unknown precision \"" + precision + "\"");
+  }
+}
+
+double measure_gemm_flops(double seconds) {
+  ready();
+  constexpr int n = 4096; // large enough to run at the tensor cores' rate
+  const std::size_t bytes = sizeof(float) * n * n;
+  float* a = static_cast<float*>(alloc(bytes));
+  float* b = static_cast<float*>(alloc(bytes));
+  float* c = static_cast<float*>(alloc(bytes));
+  check(cudaMemsetAsync(a, 0, bytes, g.stream), "cudaMemset");
+  check(cudaMemsetAsync(b, 0, bytes, g.stream), "cudaMemset");
+  gemm_rm(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, "measure_gemm_flops");
+  synchronize(); // the first call picks the algorithm
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  int reps = 1;
+  float ms = 0.0f;
+  for (;;) {
+    check(cudaEventRecord(start, g.stream), "cudaEventRecord");
+    for (int r = 0; r < reps; ++r) {
+      gemm_rm(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, "measure_gemm_flops");
+    }
+    check(cudaEventRecord(stop, g.stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (ms >= 1e3 * seconds || reps >= 1 << 12) break;
+    reps *= 2;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  release(a);
+  release(b);
+  release(c);
+  return 2.0 * n * n * static_cast<double>(n) * reps / (1e-3 * ms);
 }
 
 void* stream() {
@@ -465,6 +515,21 @@ void* alloc(std::size_t bytes) {
 
 void release(void* p) {
   cudaFree(p);
+}
+
+void* alloc_managed(std::size_t bytes) {
+  ready();
+  void* p = nullptr;
+  check(cudaMallocManaged(&p, bytes == 0 ? 1 : bytes, cudaMemAttachGlobal), "cudaMallocManaged");
+  check(cudaMemsetAsync(p, 0, bytes == 0 ? 1 : bytes, g.stream), "cudaMemset");
+  synchronize();
+  return p;
+}
+
+void copy(void* dst, const void* src, std::size_t bytes) {
+  ready();
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g.stream), "cudaMemcpyAsync");
 }
 
 void to_device(void* dst, const void* src, std::size_t bytes) {

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "ops.hpp"
 
@@ -26,8 +27,13 @@ void init(int device);
 void finalize();
 // Waits for everything queued; throws if a kernel failed.
 void synchronize();
-// fp32 matrix products on tensor cores with TF32 inputs (faster, about 1e-3 relative).
-void set_tf32(bool on);
+// Matrix products (cuBLAS compute type, fp32 inputs and outputs throughout): "fp32" exact fp32;
+// "tf32" tensor cores with TF32-rounded inputs (about 1e-3 relative); "bf16" tensor cores with
+// bf16-rounded inputs (about 4e-3 relative, 2^-8), fp32 accumulation. Throws on other names.
+void set_precision(const std::string& precision);
+void set_tf32(bool on); // set_precision("tf32") or ("fp32")
+// Rate of a 4096^3 matrix product at the current precision (FLOP/s), timed for `seconds`.
+double measure_gemm_flops(double seconds);
 // The cudaStream_t every call uses (as void*, so that callers need no CUDA headers).
 void* stream();
 const char* blas_name(); // "cublas"
@@ -38,7 +44,12 @@ using pt::ops::AdamWStep;
 
 // ---- device memory (for tests and the engine) -----------------------------------------------
 void* alloc(std::size_t bytes); // cudaMalloc; throws when out of memory
-void release(void* p);
+void release(void* p);          // for alloc and alloc_managed
+// Managed memory (cudaMallocManaged), zeroed: the GPU and, after synchronize(), the host may
+// use it; the driver moves pages to whichever touches them.
+void* alloc_managed(std::size_t bytes);
+// dst = src, bytes, queued on the stream (any memory: device, managed or host).
+void copy(void* dst, const void* src, std::size_t bytes);
 void to_device(void* dst, const void* src, std::size_t bytes); // on the stream, then waits
 void to_host(void* dst, const void* src, std::size_t bytes);   // on the stream, then waits
 

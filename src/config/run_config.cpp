@@ -31,7 +31,7 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
       {"comm",
        {"allreduce", "autotune", "topology", "calibration", "bucket_mb", "overlap",
         "ranks_per_node"}},
-      {"device", {"kind", "blas_threads"}},
+      {"device", {"kind", "precision", "blas_threads"}},
       {"log", {"every", "dir", "trace"}},
       {"runtime", {"hang_timeout_s", "deterministic", "exit_after_steps"}},
   };
@@ -400,6 +400,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
 
   // [device], [log], [runtime]
   c.device.kind = r.get_string("device", "kind", "host", {"host", "cuda"});
+  c.device.precision = r.get_string("device", "precision", "fp32", {"fp32", "tf32", "bf16"});
   c.device.blas_threads = static_cast<int>(r.get_int("device", "blas_threads", 0, 0, 1024));
   c.log.every = static_cast<int>(r.get_int("log", "every", 1, 1, kBig));
   c.log.dir = r.get_string("log", "dir", "runs");
@@ -473,6 +474,12 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
                " is not divisible by dp * micro_batch = " + std::to_string(dp) + " * " +
                std::to_string(c.train.micro_batch) + ": make global_batch a multiple of " +
                std::to_string(dp * c.train.micro_batch));
+  }
+  if (c.device.kind == "host" && c.device.precision != "fp32") {
+    r.fail("device", "precision",
+           "= \"" + c.device.precision +
+               "\" needs device.kind = \"cuda\": the host backend computes in fp32 only; use "
+               "device.precision=\"fp32\"");
   }
   const int accum = c.accumulation();
   if (c.parallel.micro_batches != 0 && c.parallel.micro_batches != accum) {

@@ -71,6 +71,9 @@ struct CommConfig {
 
 struct DeviceConfig {
   std::string kind = "host";
+  // matrix products: fp32 | tf32 | bf16 (bf16/tf32 tensor-core inputs with fp32 accumulation,
+  // fp32 weights, activations and optimizer state; CUDA only)
+  std::string precision = "fp32";
   int blas_threads = 0; // 0: cores per node / ranks per node
 };
 

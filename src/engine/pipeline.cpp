@@ -22,12 +22,14 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   slots_.resize(static_cast<std::size_t>(v_));
   free_.resize(static_cast<std::size_t>(v_));
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
+  const Backend& be = chunks_.front()->backend();
+  const Memory mem{be.alloc, be.release}; // MPI reads and writes these from the host side
   for (const Action& a : actions_) {
     if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
       recv_buf_.emplace(std::make_tuple(a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk),
-                        FloatBuffer(NC));
+                        FloatBuffer(NC, mem));
     } else if (a.op == Op::SEND_GRAD) {
-      grad_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC));
+      grad_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC, mem));
     }
   }
   // tags must fit the MPI implementation's upper bound
@@ -164,8 +166,8 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
                        s.acts.tokens.data(), s.acts.targets.data());
         }
         if (!stage.spec().first) {
-          std::memcpy(s.acts.input.data(), recv_buffer(0, a.mb, a.chunk),
-                      static_cast<std::size_t>(NC) * sizeof(float));
+          stage.backend().copy(s.acts.input.data(), recv_buffer(0, a.mb, a.chunk),
+                               static_cast<std::size_t>(NC) * sizeof(float));
         }
         loss_sum += stage.forward(s.acts);
       });
@@ -203,8 +205,9 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
         const float* dout = stage.spec().last ? nullptr : recv_buffer(1, a.mb, a.chunk);
         stage.backward_input(s.acts, dout, loss_scale_, s.stash);
         if (!stage.spec().first) {
-          std::memcpy(grad_send_buf_.at({a.mb, a.chunk}).data(), s.stash.d_input.data(),
-                      static_cast<std::size_t>(NC) * sizeof(float));
+          stage.backend().copy(grad_send_buf_.at({a.mb, a.chunk}).data(), s.stash.d_input.data(),
+                               static_cast<std::size_t>(NC) * sizeof(float));
+          stage.backend().synchronize(); // SEND_GRAD reads it from the host side
         }
       });
       break;

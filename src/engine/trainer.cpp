@@ -63,16 +63,33 @@ std::unique_ptr<TokenFile> open_collectively(MPI_Comm comm, const std::string& p
   return f;
 }
 
-void check_device(const DeviceConfig& d) {
-  if (d.kind != "cuda") return;
+// The kernel backend of device.kind. CUDA: one GPU per rank, chosen by the rank's index among
+// the ranks of its node (several ranks share a GPU when there are more ranks than GPUs). Every
+// rank reaches the same verdict; a failure is an input error naming the fix.
+const Backend& open_backend(const DeviceConfig& d, MPI_Comm world) {
+  if (d.kind != "cuda") return host_backend();
+  MPI_Comm node = MPI_COMM_NULL;
+  PT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 0;
+  PT_MPI(MPI_Comm_rank(node, &local));
+  PT_MPI(MPI_Comm_free(&node));
+  const Backend* be = nullptr;
+  std::optional<Error> err;
   std::string why;
   const int n = cuda::device_count(why);
-  if (!cuda::compiled()) {
-    throw input_error("device.kind = \"cuda\": " + why + "; use device.kind=\"host\"");
+  if (n == 0) {
+    err = input_error("device.kind = \"cuda\": no usable GPU (" + why +
+                      "); use device.kind=\"host\"");
+  } else {
+    try {
+      be = &cuda::start(local % n, d.precision);
+    } catch (const std::exception& e) {
+      err = input_error("device.kind = \"cuda\": GPU " + std::to_string(local % n) +
+                        " could not be started: " + e.what() + "; use device.kind=\"host\"");
+    }
   }
-  throw input_error("device.kind = \"cuda\": CUDA backend not built yet (this build only detects "
-                    "devices: " +
-                    std::to_string(n) + " visible, " + why + "); use device.kind=\"host\"");
+  agree(world, err);
+  return *be;
 }
 
 int blas_threads_for(const DeviceConfig& d, const Layout& layout) {
@@ -87,11 +104,11 @@ double flops_per_token(const ModelConfig& m) {
 }
 
 // Seconds of forward + backward of one micro-batch through a stage of this shape.
-double time_stage(const RunConfig& cfg, const StageSpec& spec) {
-  GptStage stage(cfg.model, spec, cfg.train.micro_batch);
+double time_stage(const RunConfig& cfg, const StageSpec& spec, const Backend& be) {
+  GptStage stage(cfg.model, spec, cfg.train.micro_batch, TpGroup{}, be);
   stage.init_parameters(cfg.train.seed);
   StageActivations a = stage.make_activations();
-  FloatBuffer dout(a.input.size());
+  FloatBuffer dout(a.input.size(), Memory{be.alloc, be.release});
   double best = 1e30;
   for (int rep = 0; rep < 3; ++rep) { // best of 3 after the first (cold) one
     const double t0 = MPI_Wtime();
@@ -106,9 +123,10 @@ double time_stage(const RunConfig& cfg, const StageSpec& spec) {
 // every rank's hardware and averaged, so every rank derives the same partition.
 BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
   const int L = cfg.model.n_layer;
-  double t[3] = {time_stage(cfg, StageSpec{true, false, 0, 0}),
-                 time_stage(cfg, StageSpec{false, false, 0, 1}),
-                 time_stage(cfg, StageSpec{false, true, L, L})};
+  const Backend& be = open_backend(cfg.device, world);
+  double t[3] = {time_stage(cfg, StageSpec{true, false, 0, 0}, be),
+                 time_stage(cfg, StageSpec{false, false, 0, 1}, be),
+                 time_stage(cfg, StageSpec{false, true, L, L}, be)};
   int n = 1;
   PT_MPI(MPI_Comm_size(world, &n));
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_SUM, world));
@@ -265,12 +283,14 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
               cfg.parallel.schedule.c_str(), cfg.parallel.pp, cfg.parallel.virtual_stages,
               cfg.parallel.micro_batches, 100.0 * plan.predicted.mean_bubble);
   for (int n : plan.peak_live) std::printf(" %d", n);
-  std::printf("\n  backend: %s, BLAS %s\n", cfg.device.kind.c_str(), ops::blas_name());
+  std::printf("\n  backend: %s, precision %s, BLAS %s\n", cfg.device.kind.c_str(),
+              cfg.device.precision.c_str(),
+              cfg.device.kind == "cuda" ? "cublas (managed memory)" : ops::blas_name());
   std::fflush(stdout);
 }
 
 TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
-  check_device(cfg.device);
+  const Backend& be = open_backend(cfg.device, layout.world());
   const bool root = layout.rank() == 0;
   const auto& m = cfg.model;
   const auto& t = cfg.train;
@@ -301,9 +321,9 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   for (int c = 0; c < v; ++c) {
     const TpGroup tp{layout.tp_comm(), layout.coords().tp, layout.tp()};
     chunks.push_back(
-        std::make_unique<GptStage>(m, stage_spec(plan.layers, c * p + me), t.micro_batch, tp));
+        std::make_unique<GptStage>(m, stage_spec(plan.layers, c * p + me), t.micro_batch, tp, be));
     chunks.back()->init_parameters(t.seed);
-    opts.push_back(std::make_unique<AdamW>(chunks.back()->layout(), t));
+    opts.push_back(std::make_unique<AdamW>(chunks.back()->layout(), t, be));
   }
   // every tensor of the model has one index, so the gradient norm is summed in one order in
   // every layout (bit-identical to the single-rank run)
@@ -328,13 +348,15 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     engine.set_grad_sync(raw);
   }
 
-  // MFU denominator: every rank's measured sgemm rate, summed.
-  double peak = measure_sgemm_flops(0.25);
+  // MFU denominator: every rank's measured matrix-product rate (host sgemm, or cuBLAS at the
+  // deck's precision), summed. Ranks sharing a GPU each count it: MFU is then understated.
+  double peak = be.on_host() ? measure_sgemm_flops(0.25) : cuda::measure_gemm_flops(0.25);
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_DOUBLE, MPI_SUM, layout.world()));
   if (root) {
-    std::printf("== run ==\n  %d BLAS thread(s) per rank; measured sgemm peak %.1f GFLOP/s "
+    std::printf("== run ==\n  %d BLAS thread(s) per rank; measured %s peak %.1f GFLOP/s "
                 "(all ranks); metrics -> %s\n",
-                threads, peak / 1e9, log->path().c_str());
+                threads, be.on_host() ? "sgemm" : "cuBLAS 4096^3 GEMM", peak / 1e9,
+                log->path().c_str());
     std::fflush(stdout);
   }
 
@@ -402,7 +424,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
         // shards on every tp rank, replicated tensors on tp rank 0: each element once
         if (c->counts_in_norm(tensor)) {
           sq[tensor_index.at(tensor.name)] =
-              ops::sum_squares(c->grads() + tensor.offset, tensor.size);
+              be.sum_squares(c->grads() + tensor.offset, tensor.size);
         }
       }
     }

@@ -3,16 +3,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops.hpp"
 #include "util/errors.hpp"
 #include "util/hash.hpp"
 
 namespace pt {
 namespace {
-
-void copy(float* dst, const float* src, std::size_t n) {
-  std::memcpy(dst, src, n * sizeof(float));
-}
 
 std::uint64_t name_hash(const std::string& s) {
   std::uint64_t h = 1469598103934665603ULL; // FNV-1a
@@ -48,26 +43,39 @@ std::size_t GptStage::bytes() const {
          d_atty_.bytes() + att_scratch_.bytes() + 3 * ce_max_.bytes() + fused;
 }
 
-GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp)
-    : model_(model), spec_(stage), tp_(tp), B_(micro_batch), T_(model.seq_len), C_(model.d_model),
-      Ct_(model.d_model / tp.size), NH_(model.n_head / tp.size), F_(4 * model.d_model / tp.size),
-      V_(model.vocab_size / tp.size), v0_(tp.rank * (model.vocab_size / tp.size)),
-      N_(micro_batch * model.seq_len), layout_(model, stage, tp.rank, tp.size),
-      params_(layout_.total()), grads_(layout_.total()),
-      d_fch_gelu_(static_cast<std::size_t>(N_) * F_), d_atty_(static_cast<std::size_t>(N_) * Ct_),
-      att_scratch_(static_cast<std::size_t>(T_) * T_) {
+GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp,
+                   const Backend& backend)
+    : model_(model), spec_(stage), tp_(tp), be_(backend), mem_{backend.alloc, backend.release},
+      B_(micro_batch), T_(model.seq_len), C_(model.d_model), Ct_(model.d_model / tp.size),
+      NH_(model.n_head / tp.size), F_(4 * model.d_model / tp.size), V_(model.vocab_size / tp.size),
+      v0_(tp.rank * (model.vocab_size / tp.size)), N_(micro_batch * model.seq_len),
+      layout_(model, stage, tp.rank, tp.size), params_(layout_.total(), mem_),
+      grads_(layout_.total(), mem_), d_fch_gelu_(static_cast<std::size_t>(N_) * F_, mem_),
+      d_atty_(static_cast<std::size_t>(N_) * Ct_, mem_),
+      att_scratch_(static_cast<std::size_t>(T_) * T_, mem_) {
   if (spec_.last && model_.tie_embeddings) {
-    head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_);
+    head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_, mem_);
   }
   if (spec_.last && tp_.size > 1) {
-    ce_max_ = FloatBuffer(static_cast<std::size_t>(N_));
-    ce_sum_ = FloatBuffer(static_cast<std::size_t>(N_));
-    ce_target_ = FloatBuffer(static_cast<std::size_t>(N_));
+    ce_max_ = FloatBuffer(static_cast<std::size_t>(N_), mem_);
+    ce_sum_ = FloatBuffer(static_cast<std::size_t>(N_), mem_);
+    ce_target_ = FloatBuffer(static_cast<std::size_t>(N_), mem_);
   }
+}
+
+void GptStage::copy_floats(float* dst, const float* src, std::size_t n) const {
+  be_.copy(dst, src, n * sizeof(float));
+}
+
+void GptStage::layer_done(int layer) const {
+  if (!weight_grad_hook_) return;
+  be_.synchronize(); // the hook may start MPI on these gradients
+  weight_grad_hook_(layer);
 }
 
 void GptStage::tp_sum(float* x, std::size_t n) const {
   if (tp_.size > 1) {
+    be_.synchronize(); // MPI reads x from the host side
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_FLOAT, MPI_SUM, tp_.comm));
   }
 }
@@ -119,49 +127,51 @@ void GptStage::init_parameters(std::uint64_t seed) {
 }
 
 void GptStage::zero_grads() {
-  ops::zero(grads_.data(), grads_.size());
-  if (head_grad_.size() > 0) ops::zero(head_grad_.data(), head_grad_.size());
+  be_.zero(grads_.data(), grads_.size());
+  if (head_grad_.size() > 0) be_.zero(head_grad_.data(), head_grad_.size());
+  be_.synchronize();
 }
 
 void GptStage::fold_tied_head_grad() {
   if (head_grad_.size() == 0) return;
   float* dwte = grads_.data() + layout_.at("wte").offset;
   if (spec_.first) {
-    ops::accumulate(dwte, head_grad_.data(), head_grad_.size());
+    be_.accumulate(dwte, head_grad_.data(), head_grad_.size());
   } else {
-    copy(dwte, head_grad_.data(), head_grad_.size());
+    copy_floats(dwte, head_grad_.data(), head_grad_.size());
   }
+  be_.synchronize();
 }
 
 StageActivations GptStage::make_activations() const {
   const std::size_t N = N_, C = C_;
   StageActivations a;
-  a.tokens = Buffer<std::int32_t>(N);
-  a.targets = Buffer<std::int32_t>(N);
-  a.input = FloatBuffer(N * C);
+  a.tokens = Buffer<std::int32_t>(N, mem_);
+  a.targets = Buffer<std::int32_t>(N, mem_);
+  a.input = FloatBuffer(N * C, mem_);
   for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
     BlockActivations k;
-    k.ln1 = FloatBuffer(N * C);
-    k.ln1_mean = FloatBuffer(N);
-    k.ln1_rstd = FloatBuffer(N);
-    k.qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_));
-    k.att = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_);
-    k.atty = FloatBuffer(N * static_cast<std::size_t>(Ct_));
-    k.res2 = FloatBuffer(N * C);
-    k.ln2 = FloatBuffer(N * C);
-    k.ln2_mean = FloatBuffer(N);
-    k.ln2_rstd = FloatBuffer(N);
-    k.fch = FloatBuffer(N * static_cast<std::size_t>(F_));
-    k.fch_gelu = FloatBuffer(N * static_cast<std::size_t>(F_));
-    k.out = FloatBuffer(N * C);
+    k.ln1 = FloatBuffer(N * C, mem_);
+    k.ln1_mean = FloatBuffer(N, mem_);
+    k.ln1_rstd = FloatBuffer(N, mem_);
+    k.qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_), mem_);
+    k.att = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_, mem_);
+    k.atty = FloatBuffer(N * static_cast<std::size_t>(Ct_), mem_);
+    k.res2 = FloatBuffer(N * C, mem_);
+    k.ln2 = FloatBuffer(N * C, mem_);
+    k.ln2_mean = FloatBuffer(N, mem_);
+    k.ln2_rstd = FloatBuffer(N, mem_);
+    k.fch = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
+    k.fch_gelu = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
+    k.out = FloatBuffer(N * C, mem_);
     a.blocks.push_back(std::move(k));
   }
   if (spec_.last) {
-    a.lnf = FloatBuffer(N * C);
-    a.lnf_mean = FloatBuffer(N);
-    a.lnf_rstd = FloatBuffer(N);
-    a.probs = FloatBuffer(N * static_cast<std::size_t>(V_));
-    a.losses = FloatBuffer(N);
+    a.lnf = FloatBuffer(N * C, mem_);
+    a.lnf_mean = FloatBuffer(N, mem_);
+    a.lnf_rstd = FloatBuffer(N, mem_);
+    a.probs = FloatBuffer(N * static_cast<std::size_t>(V_), mem_);
+    a.losses = FloatBuffer(N, mem_);
   }
   return a;
 }
@@ -171,19 +181,19 @@ StageStash GptStage::make_stash(std::size_t blocks) const {
   StageStash s;
   for (std::size_t l = 0; l < blocks; ++l) {
     BlockStash b;
-    b.d_fch = FloatBuffer(N * static_cast<std::size_t>(F_));
-    b.d_ln2 = FloatBuffer(N * C);
-    b.d_res2 = FloatBuffer(N * C);
-    b.d_qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_));
-    b.d_ln1 = FloatBuffer(N * C);
-    b.dx = FloatBuffer(N * C);
+    b.d_fch = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
+    b.d_ln2 = FloatBuffer(N * C, mem_);
+    b.d_res2 = FloatBuffer(N * C, mem_);
+    b.d_qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_), mem_);
+    b.d_ln1 = FloatBuffer(N * C, mem_);
+    b.dx = FloatBuffer(N * C, mem_);
     s.blocks.push_back(std::move(b));
   }
   if (spec_.last) {
-    s.d_lnf = FloatBuffer(N * C);
-    s.d_output = FloatBuffer(N * C);
+    s.d_lnf = FloatBuffer(N * C, mem_);
+    s.d_output = FloatBuffer(N * C, mem_);
   }
-  s.d_input = FloatBuffer(N * C);
+  s.d_input = FloatBuffer(N * C, mem_);
   return s;
 }
 
@@ -198,55 +208,60 @@ void GptStage::block_forward(int i, const float* x, BlockActivations& a) {
   const int N = N_, C = C_, Ct = Ct_, F = F_;
   // row-parallel layers: one tp rank adds the (replicated) bias, the all-reduce adds the rest
   const bool bias_here = tp_.rank == 0;
-  ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, N,
-                         C);
-  ops::matmul_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
-  ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, T_, Ct, NH_);
-  ops::matmul_forward(a.res2.data(), a.atty.data(), w.proj_w, bias_here ? w.proj_b : nullptr, N, Ct,
-                      C);
+  be_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, N,
+                        C);
+  be_.matmul_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
+  be_.attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, T_, Ct, NH_);
+  be_.matmul_forward(a.res2.data(), a.atty.data(), w.proj_w, bias_here ? w.proj_b : nullptr, N, Ct,
+                     C);
   tp_sum(a.res2.data(), a.res2.size());
-  ops::accumulate(a.res2.data(), x, a.res2.size());
-  ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), w.ln2_w,
-                         w.ln2_b, N, C);
-  ops::matmul_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, N, C, F);
-  ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), a.fch.size());
-  ops::matmul_forward(a.out.data(), a.fch_gelu.data(), w.fcp_w, bias_here ? w.fcp_b : nullptr, N, F,
-                      C);
+  be_.accumulate(a.res2.data(), x, a.res2.size());
+  be_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), w.ln2_w,
+                        w.ln2_b, N, C);
+  be_.matmul_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, N, C, F);
+  be_.gelu_forward(a.fch_gelu.data(), a.fch.data(), a.fch.size());
+  be_.matmul_forward(a.out.data(), a.fch_gelu.data(), w.fcp_w, bias_here ? w.fcp_b : nullptr, N, F,
+                     C);
   tp_sum(a.out.data(), a.out.size());
-  ops::accumulate(a.out.data(), a.res2.data(), a.out.size());
+  be_.accumulate(a.out.data(), a.res2.data(), a.out.size());
 }
 
 float GptStage::forward(StageActivations& a) {
   const EdgeTensors e = edges(params_.data());
   if (spec_.first) {
     // vocabulary-parallel embedding: each tp rank looks up its rows; one adds the positions
-    ops::encoder_forward(a.input.data(), a.tokens.data(), e.wte, tp_.rank == 0 ? e.wpe : nullptr,
-                         B_, T_, C_, v0_, v0_ + V_);
+    be_.encoder_forward(a.input.data(), a.tokens.data(), e.wte, tp_.rank == 0 ? e.wpe : nullptr, B_,
+                        T_, C_, v0_, v0_ + V_);
     tp_sum(a.input.data(), a.input.size());
   }
   for (std::size_t i = 0; i < a.blocks.size(); ++i) {
     block_forward(static_cast<int>(i), block_input(a, static_cast<int>(i)), a.blocks[i]);
   }
-  if (!spec_.last) return 0.0f;
+  if (!spec_.last) {
+    be_.synchronize();
+    return 0.0f;
+  }
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
-  ops::layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b,
-                         N_, C_);
-  ops::matmul_forward(a.probs.data(), a.lnf.data(), e.lm_head, nullptr, N_, C_, V_);
+  be_.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b, N_,
+                        C_);
+  be_.matmul_forward(a.probs.data(), a.lnf.data(), e.lm_head, nullptr, N_, C_, V_);
   if (tp_.size == 1) {
-    ops::crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
-                              V_);
+    be_.crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
+                             V_);
   } else {
     // vocabulary-parallel cross-entropy: no rank holds all logits; max, then the target's logit
     // and the exp-sum are all-reduced over the tp group
-    ops::row_max(ce_max_.data(), a.probs.data(), N_, V_);
+    be_.row_max(ce_max_.data(), a.probs.data(), N_, V_);
+    be_.synchronize();
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, ce_max_.data(), N_, MPI_FLOAT, MPI_MAX, tp_.comm));
-    ops::gather_target(ce_target_.data(), a.probs.data(), a.targets.data(), N_, V_, v0_);
-    ops::softmax_exp(a.probs.data(), ce_sum_.data(), a.probs.data(), ce_max_.data(), N_, V_);
+    be_.gather_target(ce_target_.data(), a.probs.data(), a.targets.data(), N_, V_, v0_);
+    be_.softmax_exp(a.probs.data(), ce_sum_.data(), a.probs.data(), ce_max_.data(), N_, V_);
     tp_sum(ce_target_.data(), ce_target_.size());
     tp_sum(ce_sum_.data(), ce_sum_.size());
-    ops::crossentropy_finish(a.losses.data(), a.probs.data(), ce_sum_.data(), ce_max_.data(),
-                             ce_target_.data(), N_, V_);
+    be_.crossentropy_finish(a.losses.data(), a.probs.data(), ce_sum_.data(), ce_max_.data(),
+                            ce_target_.data(), N_, V_);
   }
+  be_.synchronize();
   double sum = 0.0;
   for (int n = 0; n < N_; ++n) sum += a.losses[static_cast<std::size_t>(n)];
   return static_cast<float>(sum / N_);
@@ -261,65 +276,64 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   s.dout = dout;
   // MLP branch (row-parallel proj: its input gradient needs no communication)
-  ops::zero(d_fch_gelu_.data(), d_fch_gelu_.size());
-  ops::matmul_backward_input(d_fch_gelu_.data(), dout, w.fcp_w, N, F, C);
-  ops::gelu_backward(s.d_fch.data(), a.fch.data(), d_fch_gelu_.data(), d_fch_gelu_.size());
-  ops::zero(s.d_ln2.data(), NC);
-  ops::matmul_backward_input(s.d_ln2.data(), s.d_fch.data(), w.fc_w, N, C, F);
-  tp_sum(s.d_ln2.data(), NC);      // column-parallel fc: sum the input gradient's shares
-  copy(s.d_res2.data(), dout, NC); // residual path
-  ops::layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
-                                a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+  be_.zero(d_fch_gelu_.data(), d_fch_gelu_.size());
+  be_.matmul_backward_input(d_fch_gelu_.data(), dout, w.fcp_w, N, F, C);
+  be_.gelu_backward(s.d_fch.data(), a.fch.data(), d_fch_gelu_.data(), d_fch_gelu_.size());
+  be_.zero(s.d_ln2.data(), NC);
+  be_.matmul_backward_input(s.d_ln2.data(), s.d_fch.data(), w.fc_w, N, C, F);
+  tp_sum(s.d_ln2.data(), NC);             // column-parallel fc: sum the input gradient's shares
+  copy_floats(s.d_res2.data(), dout, NC); // residual path
+  be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
+                               a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
   // attention branch
-  ops::zero(d_atty_.data(), d_atty_.size());
-  ops::matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, Ct, C);
-  ops::zero(s.d_qkv.data(), s.d_qkv.size());
-  ops::attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(),
-                          a.att.data(), B_, T_, Ct, NH_);
-  ops::zero(s.d_ln1.data(), NC);
-  ops::matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
-  tp_sum(s.d_ln1.data(), NC);             // column-parallel qkv
-  copy(s.dx.data(), s.d_res2.data(), NC); // residual path
-  ops::layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean.data(),
-                                a.ln1_rstd.data(), N, C);
+  be_.zero(d_atty_.data(), d_atty_.size());
+  be_.matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, Ct, C);
+  be_.zero(s.d_qkv.data(), s.d_qkv.size());
+  be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(),
+                         a.att.data(), B_, T_, Ct, NH_);
+  be_.zero(s.d_ln1.data(), NC);
+  be_.matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
+  tp_sum(s.d_ln1.data(), NC);                    // column-parallel qkv
+  copy_floats(s.dx.data(), s.d_res2.data(), NC); // residual path
+  be_.layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean.data(),
+                               a.ln1_rstd.data(), N, C);
 }
 
 void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
                                      const BlockStash& s) {
   const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
   const int N = N_, C = C_, Ct = Ct_, F = F_;
-  ops::matmul_backward_weight(g.fcp_w, g.fcp_b, s.dout, a.fch_gelu.data(), N, F, C);
-  ops::matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), a.ln2.data(), N, C, F);
-  ops::layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(), a.ln2_mean.data(),
-                                 a.ln2_rstd.data(), N, C);
-  ops::matmul_backward_weight(g.proj_w, g.proj_b, s.d_res2.data(), a.atty.data(), N, Ct, C);
-  ops::matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), a.ln1.data(), N, C, 3 * Ct);
-  ops::layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
-                                 a.ln1_rstd.data(), N, C);
+  be_.matmul_backward_weight(g.fcp_w, g.fcp_b, s.dout, a.fch_gelu.data(), N, F, C);
+  be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), a.ln2.data(), N, C, F);
+  be_.layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(), a.ln2_mean.data(),
+                                a.ln2_rstd.data(), N, C);
+  be_.matmul_backward_weight(g.proj_w, g.proj_b, s.d_res2.data(), a.atty.data(), N, Ct, C);
+  be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), a.ln1.data(), N, C, 3 * Ct);
+  be_.layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
+                                a.ln1_rstd.data(), N, C);
 }
 
 void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx) {
   const EdgeTensors e = edges(params_.data());
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
   // probs become d logits in place
-  ops::crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
-                             v0_);
-  ops::zero(d_lnf, NC);
-  ops::matmul_backward_input(d_lnf, a.probs.data(), e.lm_head, N_, C_, V_);
+  be_.crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
+                            v0_);
+  be_.zero(d_lnf, NC);
+  be_.matmul_backward_input(d_lnf, a.probs.data(), e.lm_head, N_, C_, V_);
   tp_sum(d_lnf, NC); // vocabulary-parallel head: sum the shares
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
-  ops::zero(dx, NC);
-  ops::layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), N_,
-                                C_);
+  be_.zero(dx, NC);
+  be_.layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), N_, C_);
 }
 
 void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf) {
   const EdgeTensors g = edges(grads_.data());
   float* d_head = head_grad_.size() > 0 ? head_grad_.data() : g.lm_head;
-  ops::matmul_backward_weight(d_head, nullptr, a.probs.data(), a.lnf.data(), N_, C_, V_);
+  be_.matmul_backward_weight(d_head, nullptr, a.probs.data(), a.lnf.data(), N_, C_, V_);
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
-  ops::layernorm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data(),
-                                 N_, C_);
+  be_.layernorm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data(),
+                                N_, C_);
 }
 
 void GptStage::backward(StageActivations& a, const float* dout, float loss_scale, float* d_input) {
@@ -339,16 +353,17 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
     const float* x = block_input(a, i);
     block_backward_input(i, x, a.blocks[static_cast<std::size_t>(i)], grad, b);
     block_backward_weight(i, x, a.blocks[static_cast<std::size_t>(i)], b);
-    if (weight_grad_hook_) weight_grad_hook_(spec_.layer_begin + i);
-    copy(flow, b.dx.data(), NC);
+    layer_done(spec_.layer_begin + i);
+    copy_floats(flow, b.dx.data(), NC);
     grad = flow;
   }
-  if (grad != flow) copy(flow, grad, NC); // a stage with no blocks passes dout through
+  if (grad != flow) copy_floats(flow, grad, NC); // a stage with no blocks passes dout through
   if (spec_.first) {
     const EdgeTensors g = edges(grads_.data());
-    ops::encoder_backward(g.wte, g.wpe, flow, a.tokens.data(), B_, T_, C_, v0_, v0_ + V_);
+    be_.encoder_backward(g.wte, g.wpe, flow, a.tokens.data(), B_, T_, C_, v0_, v0_ + V_);
   }
-  if (d_input != nullptr) copy(d_input, flow, NC);
+  if (d_input != nullptr) copy_floats(d_input, flow, NC);
+  be_.synchronize();
 }
 
 void GptStage::backward_input(StageActivations& a, const float* dout, float loss_scale,
@@ -364,7 +379,8 @@ void GptStage::backward_input(StageActivations& a, const float* dout, float loss
     grad = s.blocks[static_cast<std::size_t>(i)].dx.data();
   }
   // gradient of the stage input (what a pipeline sends to the previous stage)
-  if (grad != s.d_input.data()) copy(s.d_input.data(), grad, s.d_input.size());
+  if (grad != s.d_input.data()) copy_floats(s.d_input.data(), grad, s.d_input.size());
+  be_.synchronize();
 }
 
 void GptStage::backward_weight(StageActivations& a, StageStash& s) {
@@ -372,13 +388,14 @@ void GptStage::backward_weight(StageActivations& a, StageStash& s) {
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
     block_backward_weight(i, block_input(a, i), a.blocks[static_cast<std::size_t>(i)],
                           s.blocks[static_cast<std::size_t>(i)]);
-    if (weight_grad_hook_) weight_grad_hook_(spec_.layer_begin + i);
+    layer_done(spec_.layer_begin + i);
   }
   if (spec_.first) {
     const EdgeTensors g = edges(grads_.data());
-    ops::encoder_backward(g.wte, g.wpe, s.d_input.data(), a.tokens.data(), B_, T_, C_, v0_,
-                          v0_ + V_);
+    be_.encoder_backward(g.wte, g.wpe, s.d_input.data(), a.tokens.data(), B_, T_, C_, v0_,
+                         v0_ + V_);
   }
+  be_.synchronize();
 }
 
 } // namespace pt

@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "backend.hpp"
 #include "config/run_config.hpp"
 #include "model/param_layout.hpp"
 #include "util/buffer.hpp"
@@ -98,12 +99,16 @@ class GptStage {
 public:
   // With tp.size > 1 the stage holds its tp rank's shard (docs/tensor-parallel.md): heads
   // NH/tp, MLP width 4C/tp, vocabulary V/tp; all-reduces in tp.comm run inside forward and
-  // backward-input.
-  GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp = {});
+  // backward-input. Every buffer lives in `backend`'s memory and every op runs there; each public
+  // call has finished its work when it returns, so the host (MPI, checkpoints) may then touch
+  // the buffers.
+  GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp = {},
+           const Backend& backend = host_backend());
 
   const ParamLayout& layout() const { return layout_; }
   const StageSpec& spec() const { return spec_; }
   const ModelConfig& model() const { return model_; }
+  const Backend& backend() const { return be_; }
   int micro_batch() const { return B_; }
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
@@ -167,11 +172,15 @@ private:
   void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx);
   void head_backward_weight(StageActivations& a, const float* d_lnf);
   void tp_sum(float* x, std::size_t n) const;
+  void copy_floats(float* dst, const float* src, std::size_t n) const;
+  void layer_done(int layer) const; // runs the weight-gradient hook
 
   ModelConfig model_;
   StageSpec spec_;
   std::function<void(int)> weight_grad_hook_;
   TpGroup tp_;
+  const Backend& be_;
+  Memory mem_; // be_'s allocator, for the buffers below and the activations
   // C = d_model, Ct = C/tp attention channels here, NH = heads here, F = 4C/tp MLP width here,
   // V = vocabulary rows here (V_total/tp), v0 = first of them
   int B_, T_, C_, Ct_, NH_, F_, V_, v0_, N_;

@@ -2,13 +2,12 @@
 
 #include <cmath>
 
-#include "ops.hpp"
-
 namespace pt {
 
-AdamW::AdamW(const ParamLayout& layout, const TrainConfig& t)
-    : layout_(layout), beta1_(t.beta1), beta2_(t.beta2), eps_(t.eps), weight_decay_(t.weight_decay),
-      m_(layout.total()), v_(layout.total()) {}
+AdamW::AdamW(const ParamLayout& layout, const TrainConfig& t, const Backend& backend)
+    : layout_(layout), be_(backend), beta1_(t.beta1), beta2_(t.beta2), eps_(t.eps),
+      weight_decay_(t.weight_decay), m_(layout.total(), Memory{backend.alloc, backend.release}),
+      v_(layout.total(), Memory{backend.alloc, backend.release}) {}
 
 void AdamW::step(float* params, const float* grads, double lr, float grad_scale) {
   ++t_;
@@ -22,9 +21,10 @@ void AdamW::step(float* params, const float* grads, double lr, float grad_scale)
   s.beta2_t = std::pow(beta2_, t_);
   for (const auto& tensor : layout_.tensors()) {
     s.weight_decay = tensor.decay ? static_cast<float>(weight_decay_) : 0.0f;
-    ops::adamw_update(params + tensor.offset, m_.data() + tensor.offset, v_.data() + tensor.offset,
-                      grads + tensor.offset, tensor.size, s);
+    be_.adamw_update(params + tensor.offset, m_.data() + tensor.offset, v_.data() + tensor.offset,
+                     grads + tensor.offset, tensor.size, s);
   }
+  be_.synchronize();
 }
 
 } // namespace pt

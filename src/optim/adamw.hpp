@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "backend.hpp"
 #include "config/run_config.hpp"
 #include "model/param_layout.hpp"
 #include "util/buffer.hpp"
@@ -12,9 +13,11 @@ namespace pt {
 
 class AdamW {
 public:
-  AdamW(const ParamLayout& layout, const TrainConfig& t);
+  // The moments live in `backend`'s memory, next to the parameters they update.
+  AdamW(const ParamLayout& layout, const TrainConfig& t, const Backend& backend = host_backend());
 
   // One update with learning rate `lr`; grads are multiplied by grad_scale first (clipping).
+  // Finished when it returns.
   void step(float* params, const float* grads, double lr, float grad_scale);
 
   int updates() const { return t_; }  // updates applied so far
@@ -25,6 +28,7 @@ public:
 
 private:
   const ParamLayout& layout_;
+  const Backend& be_;
   double beta1_, beta2_, eps_, weight_decay_;
   FloatBuffer m_, v_;
   int t_ = 0;

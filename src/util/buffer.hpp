@@ -1,4 +1,5 @@
-// A zero-initialized, 64-byte aligned array of floats (host memory). Movable, not copyable.
+// A zero-initialized array in a backend's memory: 64-byte aligned host memory by default, or
+// whatever a Memory allocates (kernels/backend.hpp: GPU managed memory). Movable, not copyable.
 #pragma once
 
 #include <cstddef>
@@ -9,15 +10,27 @@
 
 namespace pt {
 
+// How a backend allocates its buffers; both null: the host's aligned_alloc / free.
+struct Memory {
+  void* (*alloc)(std::size_t bytes) = nullptr; // returns zeroed memory or throws
+  void (*release)(void* p) = nullptr;
+};
+
 template <class T> class Buffer {
 public:
   Buffer() = default;
-  explicit Buffer(std::size_t n) : n_(n) {
+  explicit Buffer(std::size_t n, const Memory& mem = {})
+      : data_(nullptr, Free{mem.release}), n_(n) {
     if (n == 0) return;
     const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
+    void* p = nullptr;
+    if (mem.alloc != nullptr) {
+      p = mem.alloc(bytes);
+    } else {
+      p = std::aligned_alloc(64, bytes);
+      if (p == nullptr) throw std::bad_alloc();
+      std::memset(p, 0, bytes);
+    }
     data_.reset(static_cast<T*>(p));
   }
   T* data() { return data_.get(); }
@@ -29,7 +42,14 @@ public:
 
 private:
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    void (*release)(void*) = nullptr;
+    void operator()(T* p) const {
+      if (release != nullptr) {
+        release(p);
+      } else {
+        std::free(p);
+      }
+    }
   };
   std::unique_ptr<T, Free> data_;
   std::size_t n_ = 0;
