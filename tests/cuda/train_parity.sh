@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# train_parity.sh PIPETRAIN DECK DATA OUT -- MPIRUN...: the CUDA backend's training against the
+# host's (docs/cuda.md). Ten steps of DECK on one rank on the host and on the GPU (fp32) must give
+# the same losses within 1e-4 relative; then two ranks sharing the GPU run pp = 2 (MPI p2p) and
+# must match the one-rank GPU run within 1e-4. Exits 77 (CTest: skipped) when this pipetrain
+# cannot use a GPU, never 0.
+set -uo pipefail
+pipetrain=$1 deck=$2 data=$3 out=$4
+shift 5 # the "--" too
+mpirun=("$@")
+compare="$(dirname "$0")/../mpi/compare_runs.py"
+common=("$deck" "data.path=$data" train.steps=10 train.global_batch=8 train.micro_batch=4
+        log.every=1)
+rm -rf "$out"
+mkdir -p "$out"
+
+run() { # name, then extra arguments; prints the run's output on failure
+  local name=$1
+  shift
+  if ! "$@" >"$out/$name.log" 2>&1; then
+    cat "$out/$name.log"
+    return 1
+  fi
+}
+
+run host "$pipetrain" "${common[@]}" parallel.pp=1 "log.dir=$out/host" || exit 1
+"$pipetrain" "${common[@]}" parallel.pp=1 device.kind=\"cuda\" "log.dir=$out/cuda" \
+  >"$out/cuda.log" 2>&1
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "no usable GPU\|built without CUDA" "$out/cuda.log"; then
+  echo "SKIP: $(grep -m1 'device.kind' "$out/cuda.log")"
+  exit 77
+fi
+if [[ $rc -ne 0 ]]; then
+  cat "$out/cuda.log"
+  exit 1
+fi
+echo "== host vs CUDA fp32, one rank =="
+python3 "$compare" 1e-4 "$out/host/metrics.jsonl" "$out/cuda/metrics.jsonl" || exit 1
+echo "== CUDA one rank vs CUDA pp=2 on two ranks sharing the GPU =="
+run pp2 "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=2 device.kind=\"cuda\" \
+  "log.dir=$out/pp2" || exit 1
+python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/pp2/metrics.jsonl" || exit 1
