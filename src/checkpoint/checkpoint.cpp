@@ -285,6 +285,7 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards 
         // each element once: the owning stage, the tp shard (replicated tensors from tp rank 0),
         // and one data-parallel replica, taking turns by tensor so every replica writes
         const Local* writer = nullptr;
+        std::vector<float> staged; // a GPU backend's tensor, copied out of managed memory
         std::vector<Local> mine = locals(shards, gt.name);
         const bool my_turn = layout.coords().dp == turns[k];
         for (const Local& l : mine) {
@@ -297,6 +298,10 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards 
         if (writer != nullptr) {
           select_shard(fspace.get(), *writer->t, layout.coords().tp, layout.tp());
           buf = writer->base(sec) + writer->t->offset;
+          if (!writer->stage->backend().on_host()) { // MPI-IO sees host memory only
+            staged.assign(buf, buf + writer->t->size);
+            buf = staged.data();
+          }
           sums[static_cast<std::size_t>(sec) * whole.tensors().size() + k] =
               slice_checksum(writer->stage->layout(), *writer->t, buf);
         } else {
@@ -459,6 +464,7 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
 
   // every rank reads its slices (all replicas, every copy)
   std::size_t k = 0;
+  std::vector<float> staged;
   for (int sec = 0; sec < 3; ++sec) {
     for (const ParamTensor& gt : whole.tensors()) {
       const hid_t ds = sets[k++].get();
@@ -468,10 +474,15 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
         select_shard(fspace.get(), *l.t, layout.coords().tp, layout.tp());
         hsize_t n = l.t->size;
         H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
-        if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT,
-                    l.base(sec) + l.t->offset) < 0) {
+        // a GPU backend's tensor is read into host memory first (MPI-IO sees host memory only)
+        const bool on_host = l.stage->backend().on_host();
+        if (!on_host) staged.resize(l.t->size);
+        float* dst = on_host ? l.base(sec) + l.t->offset : staged.data();
+        if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0) {
           err = ckpt_error(path, "dataset /" + std::string(kSections[sec]) + "/" + gt.name +
                                      " cannot be read: the file is truncated or damaged");
+        } else if (!on_host) {
+          std::copy(staged.begin(), staged.end(), l.base(sec) + l.t->offset);
         }
       }
     }

@@ -22,16 +22,25 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   slots_.resize(static_cast<std::size_t>(v_));
   free_.resize(static_cast<std::size_t>(v_));
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
+  // MPI moves messages between host buffers. With a GPU backend every message is staged: a
+  // received gradient is copied into backend memory (it stays referenced until the
+  // micro-batch's backward-weight), an activation is copied out before it is sent.
   const Backend& be = chunks_.front()->backend();
-  const Memory mem{be.alloc, be.release}; // MPI reads and writes these from the host side
+  staged_ = !be.on_host();
+  const Memory mem{be.alloc, be.release};
   for (const Action& a : actions_) {
     if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
       recv_buf_.emplace(std::make_tuple(a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk),
-                        FloatBuffer(NC, mem));
+                        FloatBuffer(NC));
+      if (staged_ && a.op == Op::RECV_GRAD)
+        grad_dev_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC, mem));
     } else if (a.op == Op::SEND_GRAD) {
-      grad_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC, mem));
+      grad_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC));
+    } else if (a.op == Op::SEND_ACT && staged_) {
+      act_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC));
     }
   }
+  if (staged_) eval_buf_ = FloatBuffer(NC);
   // tags must fit the MPI implementation's upper bound
   int* tag_ub = nullptr;
   int flag = 0;
@@ -60,6 +69,8 @@ std::size_t PipelineEngine::activation_bytes() const {
   }
   for (const auto& [k, buf] : recv_buf_) b += buf.bytes();
   for (const auto& [k, buf] : grad_send_buf_) b += buf.bytes();
+  for (const auto& [k, buf] : grad_dev_) b += buf.bytes();
+  for (const auto& [k, buf] : act_send_buf_) b += buf.bytes();
   return b;
 }
 
@@ -91,6 +102,22 @@ void PipelineEngine::release(int chunk, int mb) {
 
 float* PipelineEngine::recv_buffer(int dir, int mb, int chunk) {
   return recv_buf_.at(std::make_tuple(dir, mb, chunk)).data();
+}
+
+const float* PipelineEngine::received_grad(GptStage& stage, int mb, int chunk) {
+  if (stage.spec().last) return nullptr;
+  const float* host = recv_buffer(1, mb, chunk);
+  if (!staged_) return host;
+  float* dev = grad_dev_.at(Key{mb, chunk}).data();
+  stage.backend().copy(dev, host, static_cast<std::size_t>(N_) * C_ * sizeof(float));
+  return dev;
+}
+
+const float* PipelineEngine::sendable(GptStage& stage, const float* x, FloatBuffer& host) {
+  if (!staged_) return x;
+  stage.backend().copy(host.data(), x, host.bytes());
+  stage.backend().synchronize();
+  return host.data();
 }
 
 const float* PipelineEngine::stage_output(const StageActivations& a) const {
@@ -179,15 +206,17 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
         break;
       }
       MPI_Request req;
-      PT_MPI(MPI_Isend(stage_output(live_.at({a.mb, a.chunk})->acts), NC, MPI_FLOAT, a.peer,
-                       tag(0, a.mb, st), comm, &req));
+      const float* out = staged_ ? sendable(stage, stage_output(live_.at({a.mb, a.chunk})->acts),
+                                            act_send_buf_.at({a.mb, a.chunk}))
+                                 : stage_output(live_.at({a.mb, a.chunk})->acts);
+      PT_MPI(MPI_Isend(out, NC, MPI_FLOAT, a.peer, tag(0, a.mb, st), comm, &req));
       act_send_req[{a.mb, a.chunk}] = req;
       break;
     }
     case Op::B: {
       Slot& s = *live_.at({a.mb, a.chunk});
       timed(1, [&] {
-        const float* dout = stage.spec().last ? nullptr : recv_buffer(1, a.mb, a.chunk);
+        const float* dout = received_grad(stage, a.mb, a.chunk);
         float* d_input = stage.spec().first ? nullptr : grad_send_buf_.at({a.mb, a.chunk}).data();
         stage.backward(s.acts, dout, loss_scale_, d_input);
       });
@@ -202,7 +231,7 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
           s.stash = stage.make_stash();
           s.has_stash = true;
         }
-        const float* dout = stage.spec().last ? nullptr : recv_buffer(1, a.mb, a.chunk);
+        const float* dout = received_grad(stage, a.mb, a.chunk);
         stage.backward_input(s.acts, dout, loss_scale_, s.stash);
         if (!stage.spec().first) {
           stage.backend().copy(grad_send_buf_.at({a.mb, a.chunk}).data(), s.stash.d_input.data(),
@@ -258,13 +287,15 @@ double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
                      s.acts.targets.data());
       }
       if (st > 0) {
-        PT_MPI(MPI_Recv(s.acts.input.data(), NC, MPI_FLOAT, sched_.rank_of(st - 1),
-                        tag(0, 0, st - 1), comm, MPI_STATUS_IGNORE));
+        float* in = staged_ ? eval_buf_.data() : s.acts.input.data();
+        PT_MPI(MPI_Recv(in, NC, MPI_FLOAT, sched_.rank_of(st - 1), tag(0, 0, st - 1), comm,
+                        MPI_STATUS_IGNORE));
+        if (staged_) stage.backend().copy(s.acts.input.data(), in, eval_buf_.bytes());
       }
       sum += stage.forward(s.acts);
       if (st < S - 1) {
-        PT_MPI(MPI_Send(stage_output(s.acts), NC, MPI_FLOAT, sched_.rank_of(st + 1), tag(0, 0, st),
-                        comm));
+        PT_MPI(MPI_Send(sendable(stage, stage_output(s.acts), eval_buf_), NC, MPI_FLOAT,
+                        sched_.rank_of(st + 1), tag(0, 0, st), comm));
       }
       release(c, -1 - j);
     }

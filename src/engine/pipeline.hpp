@@ -61,6 +61,11 @@ private:
   Slot& acquire(int chunk, int mb);
   void release(int chunk, int mb);
   float* recv_buffer(int dir, int mb, int chunk);
+  // The received output gradient of (mb, chunk) where the stage can read it (null on the last
+  // stage): the receive buffer, or its copy in backend memory when staged.
+  const float* received_grad(GptStage& stage, int mb, int chunk);
+  // x itself, or (staged) x copied into the host buffer `host`, ready for MPI.
+  const float* sendable(GptStage& stage, const float* x, FloatBuffer& host);
   const float* stage_output(const StageActivations& a) const;
 
   const RunConfig& cfg_;
@@ -79,6 +84,11 @@ private:
   // one buffer per receive and per gradient send of the list (N*C floats each)
   std::map<std::tuple<int, int, int>, FloatBuffer> recv_buf_; // (dir, mb, chunk)
   std::map<Key, FloatBuffer> grad_send_buf_;
+  // staged (GPU backend): MPI sees host memory only, whatever the MPI's single-copy mechanism
+  bool staged_ = false;
+  std::map<Key, FloatBuffer> grad_dev_;     // received gradients in backend memory
+  std::map<Key, FloatBuffer> act_send_buf_; // activations copied out for SEND_ACT
+  FloatBuffer eval_buf_;                    // evaluate()'s messages
   std::vector<GradSync*> sync_;
   std::vector<std::size_t> last_weight_action_; // per chunk: its last B or BW in actions_
   bool drop_first_send_ = false; // test-only: PIPETRAIN_TEST_DROP_SEND=1 (watchdog test)

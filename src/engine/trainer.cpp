@@ -390,7 +390,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   };
   double time_sum = 0.0;
   double ema = 0.0;
-  GradSyncStats comm_total; // over this run's steps: max over ranks per step, summed
+  GradSyncStats comm_total;           // over this run's steps: max over ranks per step, summed
+  std::vector<float> embedding_stage; // GPU backend: the tied-embedding gradient, host side
   for (int step = first_step; step < t.steps; ++step) {
     watchdog.barrier(layout.world(), "the barrier that starts step " + std::to_string(step + 1));
     const double t0 = MPI_Wtime();
@@ -407,8 +408,12 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     if (layout.embedding_comm() != MPI_COMM_NULL && m.tie_embeddings) {
       GptStage& edge = *chunks[me == 0 ? 0 : static_cast<std::size_t>(v - 1)];
       const ParamTensor& wte = edge.layout().at("wte");
-      watchdog.allreduce_sum(edge.grads() + wte.offset, static_cast<int>(wte.size), MPI_FLOAT,
-                             layout.embedding_comm(), "the tied-embedding gradient all-reduce");
+      float* g = edge.grads() + wte.offset;
+      if (!be.on_host()) embedding_stage.assign(g, g + wte.size); // MPI sees host memory only
+      watchdog.allreduce_sum(be.on_host() ? g : embedding_stage.data(), static_cast<int>(wte.size),
+                             MPI_FLOAT, layout.embedding_comm(),
+                             "the tied-embedding gradient all-reduce");
+      if (!be.on_host()) std::copy(embedding_stage.begin(), embedding_stage.end(), g);
     }
     // loss: the last pipeline rank's sum over micro-batches, then over dp replicas
     if (layout.dp() > 1) {
