@@ -56,5 +56,9 @@ struct Backend {
 
 // The host backend (kernels/host: Kokkos loops and the build's BLAS).
 const Backend& host_backend();
+// The host backend with its memory treated as a device's (on_host() is false): every path
+// that keeps MPI and MPI-IO off a GPU backend's memory runs on the host, with the same numbers
+// (tests: PIPETRAIN_TEST_STAGED=1).
+const Backend& host_staged_backend();
 
 } // namespace pt

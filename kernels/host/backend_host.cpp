@@ -1,4 +1,6 @@
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "backend.hpp"
 
@@ -10,6 +12,17 @@ void host_copy(void* dst, const void* src, std::size_t bytes) {
 }
 
 void host_synchronize() {}
+
+void* staged_alloc(std::size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+void staged_release(void* p) {
+  std::free(p);
+}
 
 } // namespace
 
@@ -46,6 +59,17 @@ const Backend& host_backend() {
       .crossentropy_finish = ops::crossentropy_finish,
       .adamw_update = ops::adamw_update,
   };
+  return table;
+}
+
+const Backend& host_staged_backend() {
+  static const Backend table = [] {
+    Backend b = host_backend();
+    b.name = "host-staged";
+    b.alloc = staged_alloc;
+    b.release = staged_release;
+    return b;
+  }();
   return table;
 }
 

@@ -66,8 +66,13 @@ std::unique_ptr<TokenFile> open_collectively(MPI_Comm comm, const std::string& p
 // The kernel backend of device.kind. CUDA: one GPU per rank, chosen by the rank's index among
 // the ranks of its node (several ranks share a GPU when there are more ranks than GPUs). Every
 // rank reaches the same verdict; a failure is an input error naming the fix.
+// PIPETRAIN_TEST_STAGED=1 (tests) gives the host backend with MPI staging.
 const Backend& open_backend(const DeviceConfig& d, MPI_Comm world) {
-  if (d.kind != "cuda") return host_backend();
+  if (d.kind != "cuda") {
+    // test switch: the GPU backend's host staging of MPI traffic, on the host
+    const char* staged = std::getenv("PIPETRAIN_TEST_STAGED");
+    return staged != nullptr && std::string(staged) == "1" ? host_staged_backend() : host_backend();
+  }
   MPI_Comm node = MPI_COMM_NULL;
   PT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int local = 0;
@@ -350,12 +355,13 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
 
   // MFU denominator: every rank's measured matrix-product rate (host sgemm, or cuBLAS at the
   // deck's precision), summed. Ranks sharing a GPU each count it: MFU is then understated.
-  double peak = be.on_host() ? measure_sgemm_flops(0.25) : cuda::measure_gemm_flops(0.25);
+  const bool gpu = cfg.device.kind == "cuda";
+  double peak = gpu ? cuda::measure_gemm_flops(0.25) : measure_sgemm_flops(0.25);
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_DOUBLE, MPI_SUM, layout.world()));
   if (root) {
-    std::printf("== run ==\n  %d BLAS thread(s) per rank; measured %s peak %.1f GFLOP/s "
-                "(all ranks); metrics -> %s\n",
-                threads, be.on_host() ? "sgemm" : "cuBLAS 4096^3 GEMM", peak / 1e9,
+    std::printf("== run ==\n  kernels %s; %d BLAS thread(s) per rank; measured %s peak %.1f "
+                "GFLOP/s (all ranks); metrics -> %s\n",
+                be.name, threads, gpu ? "cuBLAS 4096^3 GEMM" : "sgemm", peak / 1e9,
                 log->path().c_str());
     std::fflush(stdout);
   }
