@@ -15,6 +15,20 @@
 
 #include "ops.hpp"
 
+// The ops of ops_list.inc that a Backend carries, by name, in field order. A backend fills its
+// table with PT_BACKEND_OPS(X) where X(op) names its own function, so every table has every op.
+// clang-format off
+#define PT_BACKEND_OPS(X)                                                                     \
+  X(encoder_forward) X(encoder_backward)                                                      \
+  X(layernorm_forward) X(layernorm_backward_input) X(layernorm_backward_weight)               \
+  X(matmul_forward) X(matmul_backward_input) X(matmul_backward_weight)                        \
+  X(attention_forward) X(attention_backward)                                                  \
+  X(gelu_forward) X(gelu_backward) X(add) X(accumulate) X(zero) X(scale) X(sum_squares)       \
+  X(crossentropy_forward) X(crossentropy_backward)                                            \
+  X(row_max) X(gather_target) X(softmax_exp) X(crossentropy_finish)                           \
+  X(adamw_update)
+// clang-format on
+
 namespace pt {
 
 struct Backend {
@@ -26,32 +40,13 @@ struct Backend {
   void (*synchronize)();                                       // host may touch memory after
   const char* (*blas_name)();
 
-  decltype(&ops::encoder_forward) encoder_forward;
-  decltype(&ops::encoder_backward) encoder_backward;
-  decltype(&ops::layernorm_forward) layernorm_forward;
-  decltype(&ops::layernorm_backward_input) layernorm_backward_input;
-  decltype(&ops::layernorm_backward_weight) layernorm_backward_weight;
-  decltype(&ops::matmul_forward) matmul_forward;
-  decltype(&ops::matmul_backward_input) matmul_backward_input;
-  decltype(&ops::matmul_backward_weight) matmul_backward_weight;
-  decltype(&ops::attention_forward) attention_forward;
-  decltype(&ops::attention_backward) attention_backward;
-  decltype(&ops::gelu_forward) gelu_forward;
-  decltype(&ops::gelu_backward) gelu_backward;
-  decltype(&ops::add) add;
-  decltype(&ops::accumulate) accumulate;
-  decltype(&ops::zero) zero;
-  decltype(&ops::scale) scale;
-  decltype(&ops::sum_squares) sum_squares;
-  decltype(&ops::crossentropy_forward) crossentropy_forward;
-  decltype(&ops::crossentropy_backward) crossentropy_backward;
-  decltype(&ops::row_max) row_max;
-  decltype(&ops::gather_target) gather_target;
-  decltype(&ops::softmax_exp) softmax_exp;
-  decltype(&ops::crossentropy_finish) crossentropy_finish;
-  decltype(&ops::adamw_update) adamw_update;
+#define PT_BACKEND_FIELD(op) decltype(&ops::op) op;
+  PT_BACKEND_OPS(PT_BACKEND_FIELD)
+#undef PT_BACKEND_FIELD
 
-  bool on_host() const { return alloc == nullptr; }
+  bool on_host() const {
+    return alloc == nullptr;
+  }
 };
 
 // The host backend (kernels/host: Kokkos loops and the build's BLAS).

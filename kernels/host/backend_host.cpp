@@ -27,37 +27,15 @@ void staged_release(void* p) {
 } // namespace
 
 const Backend& host_backend() {
-  static const Backend table{
-      .name = "host",
-      .alloc = nullptr,
-      .release = nullptr,
-      .copy = host_copy,
-      .synchronize = host_synchronize,
-      .blas_name = ops::blas_name,
-      .encoder_forward = ops::encoder_forward,
-      .encoder_backward = ops::encoder_backward,
-      .layernorm_forward = ops::layernorm_forward,
-      .layernorm_backward_input = ops::layernorm_backward_input,
-      .layernorm_backward_weight = ops::layernorm_backward_weight,
-      .matmul_forward = ops::matmul_forward,
-      .matmul_backward_input = ops::matmul_backward_input,
-      .matmul_backward_weight = ops::matmul_backward_weight,
-      .attention_forward = ops::attention_forward,
-      .attention_backward = ops::attention_backward,
-      .gelu_forward = ops::gelu_forward,
-      .gelu_backward = ops::gelu_backward,
-      .add = ops::add,
-      .accumulate = ops::accumulate,
-      .zero = ops::zero,
-      .scale = ops::scale,
-      .sum_squares = ops::sum_squares,
-      .crossentropy_forward = ops::crossentropy_forward,
-      .crossentropy_backward = ops::crossentropy_backward,
-      .row_max = ops::row_max,
-      .gather_target = ops::gather_target,
-      .softmax_exp = ops::softmax_exp,
-      .crossentropy_finish = ops::crossentropy_finish,
-      .adamw_update = ops::adamw_update,
+  static const Backend table{.name = "host",
+                             .alloc = nullptr,
+                             .release = nullptr,
+                             .copy = host_copy,
+                             .synchronize = host_synchronize,
+                             .blas_name = ops::blas_name,
+#define PT_HOST_OP(op) .op = ops::op,
+                             PT_BACKEND_OPS(PT_HOST_OP)
+#undef PT_HOST_OP
   };
   return table;
 }

@@ -206,9 +206,8 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
         break;
       }
       MPI_Request req;
-      const float* out = staged_ ? sendable(stage, stage_output(live_.at({a.mb, a.chunk})->acts),
-                                            act_send_buf_.at({a.mb, a.chunk}))
-                                 : stage_output(live_.at({a.mb, a.chunk})->acts);
+      const float* out = stage_output(live_.at({a.mb, a.chunk})->acts);
+      if (staged_) out = sendable(stage, out, act_send_buf_.at({a.mb, a.chunk}));
       PT_MPI(MPI_Isend(out, NC, MPI_FLOAT, a.peer, tag(0, a.mb, st), comm, &req));
       act_send_req[{a.mb, a.chunk}] = req;
       break;

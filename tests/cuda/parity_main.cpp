@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <string>
 
-#include "backend.hpp"
 #include "cuda/device_query.hpp"
+#include "parity_target.hpp"
 
 #ifndef PT_PARITY_PRECISION
 #error "PT_PARITY_PRECISION must be \"fp32\" or \"bf16\""
@@ -25,13 +25,6 @@ namespace pt {
 namespace {
 const Backend* g_backend = nullptr;
 }
-
-struct ParityTarget {
-  const Backend* backend;
-  double tensor_tol;
-  double loss_tol;
-  bool exact_split;
-};
 
 ParityTarget parity_target() {
   const std::string p = PT_PARITY_PRECISION;

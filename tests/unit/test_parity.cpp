@@ -8,29 +8,18 @@
 #include <cstdio>
 #include <cstring>
 
-#include "backend.hpp"
 #include "h5_read.hpp"
 #include "model/gpt_stage.hpp"
 #include "ops.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parity_target.hpp"
 
 #ifndef PT_TEST_DATA_DIR
 #error "PT_TEST_DATA_DIR must name tests/data"
 #endif
 
 namespace pt {
-
-// The backend under test and its tolerances: relative L2 error per tensor (and relative error of
-// the loss and gradient norm) against the float64 reference, relative error of each of the ten
-// training losses, and whether the split backward must equal the fused one bit for bit.
-struct ParityTarget {
-  const Backend* backend;
-  double tensor_tol;
-  double loss_tol;
-  bool exact_split;
-};
-ParityTarget parity_target();
 
 #ifndef PT_PARITY_EXTERNAL_TARGET
 ParityTarget parity_target() {
