@@ -1,3 +1,5 @@
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -13,14 +15,26 @@ void host_copy(void* dst, const void* src, std::size_t bytes) {
 
 void host_synchronize() {}
 
+// The test guard (tests/staging/mpi_guard.cpp, loaded with LD_PRELOAD) learns the staged
+// "device" blocks through this function and fails any MPI or HDF5 call handed one of them.
+// Without the guard the lookup finds nothing.
+using GuardFn = void (*)(const void* p, std::size_t bytes); // bytes 0: released
+GuardFn guard() {
+  static const GuardFn fn =
+      reinterpret_cast<GuardFn>(dlsym(RTLD_DEFAULT, "pt_mpi_guard_device_block"));
+  return fn;
+}
+
 void* staged_alloc(std::size_t bytes) {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, bytes);
+  if (guard() != nullptr) guard()(p, bytes);
   return p;
 }
 
 void staged_release(void* p) {
+  if (guard() != nullptr && p != nullptr) guard()(p, 0);
   std::free(p);
 }
 

@@ -475,13 +475,6 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
                std::to_string(c.train.micro_batch) + ": make global_batch a multiple of " +
                std::to_string(dp * c.train.micro_batch));
   }
-  if (c.device.kind == "cuda" && (dp > 1 || tp > 1)) {
-    r.fail("device", "kind",
-           "= \"cuda\" runs pipeline parallelism only for now (dp = " + std::to_string(dp) +
-               ", tp = " + std::to_string(tp) +
-               "): the data- and tensor-parallel reductions of GPU memory need NCCL, which is not "
-               "written yet; use parallel.dp=1 parallel.tp=1, or device.kind=\"host\"");
-  }
   if (c.device.kind == "host" && c.device.precision != "fp32") {
     r.fail("device", "precision",
            "= \"" + c.device.precision +

@@ -64,9 +64,14 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t buck
 }
 
 GradSync::GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp,
-                   const std::string& mode, AllreduceOptions opt)
+                   const std::string& mode, AllreduceOptions opt, const Backend& be)
     : grads_(grads), buckets_(std::move(buckets)), launched_(buckets_.size(), 0), mode_(mode),
-      watchdog_(opt.watchdog) {
+      watchdog_(opt.watchdog), be_(be) {
+  if (!be_.on_host()) { // MPI reduces host copies of the buckets (docs/cuda.md)
+    std::size_t extent = 0;
+    for (const GradBucket& k : buckets_) extent = std::max(extent, k.offset + k.count);
+    host_.assign(extent, 0.0f);
+  }
   if (mode_ == "none") {
     comm_ = dp;
   } else {
@@ -89,6 +94,14 @@ GradSync::~GradSync() {
   if (mode_ != "none" && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
+float* GradSync::stage_out(std::size_t b) {
+  const GradBucket& k = buckets_[b];
+  if (host_.empty()) return grads_ + k.offset;
+  be_.copy(host_.data() + k.offset, grads_ + k.offset, k.count * sizeof(float));
+  be_.synchronize();
+  return host_.data() + k.offset;
+}
+
 void GradSync::worker() {
   for (;;) {
     std::size_t b = 0;
@@ -101,7 +114,7 @@ void GradSync::worker() {
     }
     const double t0 = MPI_Wtime();
     try {
-      if (!error_) reducer_->sum(grads_ + buckets_[b].offset, buckets_[b].count);
+      if (!error_) reducer_->sum(reduced(b), buckets_[b].count);
     } catch (...) {
       error_ = std::current_exception(); // rethrown by finish() on the trainer's thread
     }
@@ -115,6 +128,7 @@ void GradSync::worker() {
 void GradSync::launch(std::size_t b) {
   launched_[b] = 1;
   const GradBucket& k = buckets_[b];
+  float* data = stage_out(b);
   if (mode_ == "thread") {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -124,8 +138,8 @@ void GradSync::launch(std::size_t b) {
     cv_.notify_all();
   } else if (mode_ == "poll") {
     MPI_Request req;
-    PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, grads_ + k.offset, static_cast<int>(k.count), MPI_FLOAT,
-                          MPI_SUM, comm_, &req));
+    PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(k.count), MPI_FLOAT, MPI_SUM, comm_,
+                          &req));
     requests_.push_back(req);
   }
   // none: finish() reduces it
@@ -154,7 +168,7 @@ void GradSync::finish(GradSyncStats& stats) {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (launched_[b]) continue;
     if (mode_ == "none") {
-      reducer_->sum(grads_ + buckets_[b].offset, buckets_[b].count);
+      reducer_->sum(stage_out(b), buckets_[b].count);
     } else {
       launch(b);
     }
@@ -173,6 +187,12 @@ void GradSync::finish(GradSyncStats& stats) {
       }
     }
     requests_.clear();
+  }
+  if (!host_.empty() && !error_) {
+    for (const GradBucket& k : buckets_) {
+      be_.copy(grads_ + k.offset, host_.data() + k.offset, k.count * sizeof(float));
+    }
+    be_.synchronize();
   }
   const double waited = MPI_Wtime() - t0;
   stats.exposed_s += waited;

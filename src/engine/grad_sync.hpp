@@ -6,6 +6,8 @@
 //           layers; needs MPI_THREAD_MULTIPLE
 //   poll    each finished bucket starts an MPI_Iallreduce that the engine advances with
 //           MPI_Testall between layers and actions
+// With a GPU backend (on_host() false) each bucket is copied to a host buffer when it starts,
+// MPI reduces the copy, and finish() copies the sums back.
 // Blocks' buckets may start during the backward; the embedding, final norm and head are
 // reduced at finish(), after the tied head's share has been folded in.
 #pragma once
@@ -21,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend.hpp"
 #include "comm/allreduce.hpp"
 #include "model/param_layout.hpp"
 
@@ -44,9 +47,10 @@ struct GradSyncStats {
 
 class GradSync {
 public:
-  // grads: the chunk's gradient buffer (must outlive this). Collective over dp (dups it).
+  // grads: the chunk's gradient buffer in be's memory (must outlive this). Collective over dp
+  // (dups it).
   GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp, const std::string& mode,
-           AllreduceOptions opt);
+           AllreduceOptions opt, const Backend& be = host_backend());
   ~GradSync();
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -64,12 +68,19 @@ public:
 private:
   void launch(std::size_t b);
   void worker();
+  // The floats that MPI reduces for bucket b: in place, or (GPU backend) copied out first.
+  float* stage_out(std::size_t b);
+  float* reduced(std::size_t b) {
+    return (host_.empty() ? grads_ : host_.data()) + buckets_[b].offset;
+  }
 
   float* grads_;
   std::vector<GradBucket> buckets_;
   std::vector<char> launched_;
   std::string mode_;
   const Watchdog* watchdog_ = nullptr;
+  const Backend& be_;
+  std::vector<float> host_; // GPU backend: host copies of the buckets
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::unique_ptr<Allreducer> reducer_;
   std::vector<MPI_Request> requests_; // poll

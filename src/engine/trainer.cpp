@@ -177,8 +177,8 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
     std::vector<GradBucket> b = make_buckets(c->layout(), bucket_floats);
     buckets += b.size();
     for (const GradBucket& k : b) largest = std::max(largest, k.count);
-    syncs.push_back(
-        std::make_unique<GradSync>(c->grads(), std::move(b), layout.dp_comm(), cc.overlap, opt));
+    syncs.push_back(std::make_unique<GradSync>(c->grads(), std::move(b), layout.dp_comm(),
+                                               cc.overlap, opt, c->backend()));
   }
   if (layout.rank() == 0) {
     const double bytes = static_cast<double>(largest) * sizeof(float);

@@ -172,6 +172,8 @@ private:
   void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx);
   void head_backward_weight(StageActivations& a, const float* d_lnf);
   void tp_sum(float* x, std::size_t n) const;
+  // In place over the tp group; a GPU backend's floats go through tp_host_.
+  void tp_allreduce(float* x, std::size_t n, MPI_Op op) const;
   void copy_floats(float* dst, const float* src, std::size_t n) const;
   void layer_done(int layer) const; // runs the weight-gradient hook
 
@@ -194,6 +196,7 @@ private:
   FloatBuffer att_scratch_;                 // (T,T)
   StageStash fused_;      // one block's stash, reused by backward() block after block
   FloatBuffer head_grad_; // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
+  mutable std::vector<float> tp_host_; // GPU backend: host copy for the tp all-reduces
 };
 
 } // namespace pt
