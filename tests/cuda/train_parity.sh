@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # train_parity.sh PIPETRAIN DECK DATA OUT -- MPIRUN...: the CUDA backend's training against the
 # host's (docs/cuda.md). Ten steps of DECK on one rank on the host and on the GPU (fp32) must give
-# the same losses within 1e-4 relative; then two ranks sharing the GPU run pp = 2 (MPI p2p) and
-# must match the one-rank GPU run within 1e-4. Exits 77 (CTest: skipped) when this pipetrain
+# the same losses within 1e-4 relative; then two ranks sharing the GPU run pp = 2 (MPI p2p),
+# dp = 2 and tp = 2 (MPI reductions of host copies), and each must match the one-rank GPU run
+# within 1e-4. Exits 77 (CTest: skipped) when this pipetrain
 # cannot use a GPU, never 0.
 set -uo pipefail
 pipetrain=$1 deck=$2 data=$3 out=$4
@@ -41,3 +42,9 @@ echo "== CUDA one rank vs CUDA pp=2 on two ranks sharing the GPU =="
 run pp2 "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=2 device.kind=\"cuda\" \
   "log.dir=$out/pp2" || exit 1
 python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/pp2/metrics.jsonl" || exit 1
+for layout in dp tp; do
+  echo "== CUDA one rank vs CUDA ${layout}=2 on two ranks sharing the GPU =="
+  run "${layout}2" "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=1 \
+    "parallel.${layout}=2" device.kind=\"cuda\" "log.dir=$out/${layout}2" || exit 1
+  python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/${layout}2/metrics.jsonl" || exit 1
+done
