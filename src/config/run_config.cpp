@@ -30,7 +30,7 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
       {"checkpoint", {"dir", "every", "keep", "resume"}},
       {"comm",
        {"allreduce", "autotune", "topology", "calibration", "bucket_mb", "overlap",
-        "ranks_per_node"}},
+        "ranks_per_node", "gpu_collectives"}},
       {"device", {"kind", "precision", "blas_threads"}},
       {"log", {"every", "dir", "trace"}},
       {"runtime", {"hang_timeout_s", "deterministic", "exit_after_steps"}},
@@ -395,6 +395,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
            "so it cannot run comm.allreduce = \"" +
                c.comm.allreduce + "\"; use comm.overlap = \"thread\" for that algorithm");
   }
+  c.comm.gpu_collectives = r.get_string("comm", "gpu_collectives", "auto", {"auto", "nccl", "mpi"});
   c.comm.bucket_mb = r.get_double("comm", "bucket_mb", 25.0, 0.0, 65536.0);
   c.comm.ranks_per_node = static_cast<int>(r.get_int("comm", "ranks_per_node", 0, 0, 1 << 20));
 
@@ -474,6 +475,11 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
                " is not divisible by dp * micro_batch = " + std::to_string(dp) + " * " +
                std::to_string(c.train.micro_batch) + ": make global_batch a multiple of " +
                std::to_string(dp * c.train.micro_batch));
+  }
+  if (c.device.kind == "host" && c.comm.gpu_collectives == "nccl") {
+    r.fail("comm", "gpu_collectives",
+           "= \"nccl\" needs device.kind = \"cuda\": NCCL reduces GPU memory, and the host "
+           "backend's reductions are comm.allreduce's; remove the key or use device.kind=\"cuda\"");
   }
   if (c.device.kind == "host" && c.device.precision != "fp32") {
     r.fail("device", "precision",

@@ -67,6 +67,9 @@ struct CommConfig {
   double bucket_mb = 25.0;
   std::string overlap = "none"; // none | thread | poll: gradient reduction during backward
   int ranks_per_node = 0;       // 0: detect from shared memory
+  // device.kind = "cuda": the dp/tp reductions through NCCL on device memory, or through MPI on
+  // host copies; auto: NCCL where the build has it and no two ranks share a GPU
+  std::string gpu_collectives = "auto"; // auto | nccl | mpi
 };
 
 struct DeviceConfig {

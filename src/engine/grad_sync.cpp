@@ -64,9 +64,11 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t buck
 }
 
 GradSync::GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp,
-                   const std::string& mode, AllreduceOptions opt, const Backend& be)
-    : grads_(grads), buckets_(std::move(buckets)), launched_(buckets_.size(), 0), mode_(mode),
-      watchdog_(opt.watchdog), be_(be) {
+                   const std::string& mode, AllreduceOptions opt, const Backend& be,
+                   std::unique_ptr<cuda::NcclComm> nccl)
+    : grads_(grads), buckets_(std::move(buckets)), launched_(buckets_.size(), 0),
+      mode_(nccl ? "nccl" : mode), watchdog_(opt.watchdog), be_(be), nccl_(std::move(nccl)) {
+  if (nccl_) return;    // no MPI communicator, reducer, thread or host copies
   if (!be_.on_host()) { // MPI reduces host copies of the buckets (docs/cuda.md)
     std::size_t extent = 0;
     for (const GradBucket& k : buckets_) extent = std::max(extent, k.offset + k.count);
@@ -91,7 +93,7 @@ GradSync::~GradSync() {
     thread_.join();
   }
   reducer_.reset();
-  if (mode_ != "none" && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (mode_ != "none" && mode_ != "nccl" && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 float* GradSync::stage_out(std::size_t b) {
@@ -128,6 +130,10 @@ void GradSync::worker() {
 void GradSync::launch(std::size_t b) {
   launched_[b] = 1;
   const GradBucket& k = buckets_[b];
+  if (nccl_) {
+    nccl_->sum(grads_ + k.offset, k.count); // queued after the backward's ops so far
+    return;
+  }
   float* data = stage_out(b);
   if (mode_ == "thread") {
     {
@@ -167,7 +173,7 @@ void GradSync::finish(GradSyncStats& stats) {
   const double t0 = MPI_Wtime();
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (launched_[b]) continue;
-    if (mode_ == "none") {
+    if (mode_ == "none" && !nccl_) {
       reducer_->sum(stage_out(b), buckets_[b].count);
     } else {
       launch(b);
@@ -178,6 +184,8 @@ void GradSync::finish(GradSyncStats& stats) {
     cv_.wait(lock, [&] { return done_ == queued_; });
     stats.busy_s += busy_s_;
     busy_s_ = 0.0;
+  } else if (nccl_) {
+    nccl_->wait();
   } else if (mode_ == "poll") {
     for (MPI_Request& r : requests_) {
       if (watchdog_ != nullptr) {

@@ -7,7 +7,9 @@
 //   poll    each finished bucket starts an MPI_Iallreduce that the engine advances with
 //           MPI_Testall between layers and actions
 // With a GPU backend (on_host() false) each bucket is copied to a host buffer when it starts,
-// MPI reduces the copy, and finish() copies the sums back.
+// MPI reduces the copy, and finish() copies the sums back; or, given an NCCL communicator
+// (mode "nccl", comm.gpu_collectives), each bucket is reduced in device memory on the
+// communicator's side stream as it starts, and finish() waits for that stream.
 // Blocks' buckets may start during the backward; the embedding, final norm and head are
 // reduced at finish(), after the tied head's share has been folded in.
 #pragma once
@@ -25,6 +27,7 @@
 
 #include "backend.hpp"
 #include "comm/allreduce.hpp"
+#include "cuda/nccl.hpp"
 #include "model/param_layout.hpp"
 
 namespace pt {
@@ -50,7 +53,8 @@ public:
   // grads: the chunk's gradient buffer in be's memory (must outlive this). Collective over dp
   // (dups it).
   GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp, const std::string& mode,
-           AllreduceOptions opt, const Backend& be = host_backend());
+           AllreduceOptions opt, const Backend& be = host_backend(),
+           std::unique_ptr<cuda::NcclComm> nccl = nullptr);
   ~GradSync();
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -62,7 +66,7 @@ public:
   // Launches what is left, waits for all buckets, resets for the next step.
   void finish(GradSyncStats& stats);
   const std::string& mode() const { return mode_; }
-  // The bucket reducer (none in poll mode, which uses MPI_Iallreduce).
+  // The bucket reducer (none in poll mode, which uses MPI_Iallreduce, and with NCCL).
   const Allreducer* reducer() const { return reducer_.get(); }
 
 private:
@@ -80,7 +84,8 @@ private:
   std::string mode_;
   const Watchdog* watchdog_ = nullptr;
   const Backend& be_;
-  std::vector<float> host_; // GPU backend: host copies of the buckets
+  std::vector<float> host_; // GPU backend with MPI: host copies of the buckets
+  std::unique_ptr<cuda::NcclComm> nccl_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::unique_ptr<Allreducer> reducer_;
   std::vector<MPI_Request> requests_; // poll

@@ -15,6 +15,7 @@
 #include "comm/allreduce.hpp"
 #include "comm/watchdog.hpp"
 #include "cuda/device_query.hpp"
+#include "cuda/nccl.hpp"
 #include "data/sampler.hpp"
 #include "data/token_file.hpp"
 #include "engine/grad_sync.hpp"
@@ -97,6 +98,77 @@ const Backend& open_backend(const DeviceConfig& d, MPI_Comm world) {
   return *be;
 }
 
+// comm.gpu_collectives: whether the dp/tp reductions of a GPU backend go through NCCL. Empty
+// `why` and true: NCCL; false: host-staged MPI, `why` saying so. NCCL needs a build with it
+// and a GPU of its own for every rank (it refuses two ranks of a communicator on one GPU); an
+// explicit "nccl" that cannot be met is an input error, agreed by all ranks.
+bool use_nccl(const RunConfig& cfg, const Backend& be, MPI_Comm world, std::string& why) {
+  const std::string& want = cfg.comm.gpu_collectives;
+  if (be.on_host() || cfg.device.kind != "cuda" || want == "mpi") {
+    why = want == "mpi" ? "comm.gpu_collectives = \"mpi\"" : "";
+    return false;
+  }
+  MPI_Comm node = MPI_COMM_NULL;
+  PT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int on_node = 1;
+  PT_MPI(MPI_Comm_size(node, &on_node));
+  PT_MPI(MPI_Comm_free(&node));
+  std::string ignored;
+  int ok = 1, most = on_node, gpus = cuda::device_count(ignored);
+  if (!cuda::nccl_compiled()) {
+    ok = 0;
+    why = "this pipetrain was built without NCCL";
+  } else if (on_node > gpus) {
+    ok = 0;
+  }
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, world));
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, world));
+  if (ok == 1) return true;
+  if (why.empty()) {
+    why = std::to_string(most) + " ranks share a node's GPUs, and NCCL needs one GPU per rank";
+  }
+  std::optional<Error> err;
+  if (want == "nccl") {
+    err = input_error("comm.gpu_collectives = \"nccl\": " + why +
+                      "; use comm.gpu_collectives=\"mpi\" (host-staged MPI reductions) or one "
+                      "rank per GPU");
+  }
+  agree(world, err);
+  return false;
+}
+
+// One NCCL communicator over the ranks of `group` (collective over it): its rank 0 makes the
+// id and broadcasts it. Failures anywhere are agreed over `world`.
+std::unique_ptr<cuda::NcclComm> make_nccl(MPI_Comm group, bool side_stream, MPI_Comm world) {
+  int rank = 0, size = 1;
+  PT_MPI(MPI_Comm_rank(group, &rank));
+  PT_MPI(MPI_Comm_size(group, &size));
+  std::optional<Error> err;
+  cuda::NcclId id{};
+  int made = 1;
+  if (rank == 0) {
+    try {
+      id = cuda::nccl_unique_id();
+    } catch (const std::exception& e) {
+      made = 0;
+      err = input_error(std::string("NCCL: ") + e.what() + "; use comm.gpu_collectives=\"mpi\"");
+    }
+  }
+  PT_MPI(MPI_Bcast(&made, 1, MPI_INT, 0, group));
+  PT_MPI(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_CHAR, 0, group));
+  std::unique_ptr<cuda::NcclComm> comm;
+  if (made == 1) {
+    try {
+      comm = std::make_unique<cuda::NcclComm>(id, size, rank, side_stream);
+    } catch (const std::exception& e) {
+      err = input_error(std::string("NCCL could not make a communicator: ") + e.what() +
+                        "; use comm.gpu_collectives=\"mpi\"");
+    }
+  }
+  agree(world, err);
+  return comm;
+}
+
 int blas_threads_for(const DeviceConfig& d, const Layout& layout) {
   if (d.blas_threads > 0) return d.blas_threads;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -142,7 +214,8 @@ BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
 // algorithm, topology model and overlap mode from [comm]; prints the choice on rank 0.
 std::vector<std::unique_ptr<GradSync>>
 make_grad_syncs(const RunConfig& cfg, const Layout& layout,
-                std::vector<std::unique_ptr<GptStage>>& chunks, const Watchdog& watchdog) {
+                std::vector<std::unique_ptr<GptStage>>& chunks, const Watchdog& watchdog,
+                bool nccl) {
   std::vector<std::unique_ptr<GradSync>> syncs;
   const CommConfig& cc = cfg.comm;
   AllreduceOptions opt;
@@ -177,10 +250,17 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
     std::vector<GradBucket> b = make_buckets(c->layout(), bucket_floats);
     buckets += b.size();
     for (const GradBucket& k : b) largest = std::max(largest, k.count);
+    std::unique_ptr<cuda::NcclComm> device; // a communicator per chunk, on a side stream
+    if (nccl) device = make_nccl(layout.dp_comm(), true, layout.world());
     syncs.push_back(std::make_unique<GradSync>(c->grads(), std::move(b), layout.dp_comm(),
-                                               cc.overlap, opt, c->backend()));
+                                               cc.overlap, opt, c->backend(), std::move(device)));
   }
-  if (layout.rank() == 0) {
+  if (layout.rank() == 0 && nccl) {
+    std::printf("  dp gradient all-reduce: NCCL on device memory over %d rank(s), on a side "
+                "stream as buckets become final; %zu bucket(s) per dp group, largest %.2f MiB\n",
+                layout.dp(), buckets, static_cast<double>(largest) * sizeof(float) / 1048576.0);
+    std::fflush(stdout);
+  } else if (layout.rank() == 0) {
     const double bytes = static_cast<double>(largest) * sizeof(float);
     std::printf("  dp gradient all-reduce: %s%s over %d rank(s) in %d node(s), topology %s; "
                 "%zu bucket(s) per dp group, largest %.2f MiB; overlap %s\n",
@@ -321,10 +401,14 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   const int p = cfg.parallel.pp;
   const int v = cfg.parallel.virtual_stages;
   const int me = layout.coords().pp;
+  std::string staged_why;
+  const bool nccl = use_nccl(cfg, be, layout.world(), staged_why);
+  std::unique_ptr<cuda::NcclComm> tp_nccl; // shared by the chunks: they run one at a time
+  if (nccl && layout.tp() > 1) tp_nccl = make_nccl(layout.tp_comm(), false, layout.world());
   std::vector<std::unique_ptr<GptStage>> chunks;
   std::vector<std::unique_ptr<AdamW>> opts;
   for (int c = 0; c < v; ++c) {
-    const TpGroup tp{layout.tp_comm(), layout.coords().tp, layout.tp()};
+    const TpGroup tp{layout.tp_comm(), layout.coords().tp, layout.tp(), tp_nccl.get()};
     chunks.push_back(
         std::make_unique<GptStage>(m, stage_spec(plan.layers, c * p + me), t.micro_batch, tp, be));
     chunks.back()->init_parameters(t.seed);
@@ -346,7 +430,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   int replicas_checked = 0;
   PipelineEngine engine(cfg, layout, plan.schedule, chunks, watchdog);
   const std::vector<std::unique_ptr<GradSync>> syncs =
-      make_grad_syncs(cfg, layout, chunks, watchdog);
+      make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
   {
     std::vector<GradSync*> raw;
     for (const auto& s : syncs) raw.push_back(s.get());
@@ -363,6 +447,11 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
                 "GFLOP/s (all ranks); metrics -> %s\n",
                 be.name, threads, gpu ? "cuBLAS 4096^3 GEMM" : "sgemm", peak / 1e9,
                 log->path().c_str());
+    if (!be.on_host() && (layout.dp() > 1 || layout.tp() > 1)) {
+      std::printf("  GPU dp/tp reductions: %s\n",
+                  nccl ? "NCCL on device memory"
+                       : ("MPI on host copies (" + staged_why + ")").c_str());
+    }
     std::fflush(stdout);
   }
 
@@ -564,7 +653,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     if (root) {
       std::printf("dp gradient reduction (overlap %s): %.2f ms exposed of %.2f ms per step; "
                   "%d bucket(s) started during the backward\n",
-                  cfg.comm.overlap.c_str(), 1e3 * comm_total.exposed_s / run_steps,
+                  syncs.front()->mode().c_str(), 1e3 * comm_total.exposed_s / run_steps,
                   1e3 * comm_total.busy_s / run_steps, early);
       std::fflush(stdout);
     }

@@ -78,6 +78,14 @@ void GptStage::tp_sum(float* x, std::size_t n) const {
 }
 
 void GptStage::tp_allreduce(float* x, std::size_t n, MPI_Op op) const {
+  if (tp_.nccl != nullptr) { // queued on the backend's stream, in order with the ops
+    if (op == MPI_MAX) {
+      tp_.nccl->max(x, n);
+    } else {
+      tp_.nccl->sum(x, n);
+    }
+    return;
+  }
   be_.synchronize(); // MPI reads x from the host side
   if (be_.on_host()) {
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_FLOAT, op, tp_.comm));

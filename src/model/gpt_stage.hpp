@@ -15,6 +15,7 @@
 
 #include "backend.hpp"
 #include "config/run_config.hpp"
+#include "cuda/nccl.hpp"
 #include "model/param_layout.hpp"
 #include "util/buffer.hpp"
 
@@ -93,6 +94,9 @@ struct TpGroup {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int size = 1;
+  // GPU backend with comm.gpu_collectives = nccl: the same group as an NCCL communicator on
+  // the backend's stream (owned by the trainer); null: MPI (on host copies for a GPU backend)
+  cuda::NcclComm* nccl = nullptr;
 };
 
 class GptStage {

@@ -2,8 +2,9 @@
 # train_parity.sh PIPETRAIN DECK DATA OUT -- MPIRUN...: the CUDA backend's training against the
 # host's (docs/cuda.md). Ten steps of DECK on one rank on the host and on the GPU (fp32) must give
 # the same losses within 1e-4 relative; then two ranks sharing the GPU run pp = 2 (MPI p2p),
-# dp = 2 and tp = 2 (MPI reductions of host copies), and each must match the one-rank GPU run
-# within 1e-4. Exits 77 (CTest: skipped) when this pipetrain
+# dp = 2 and tp = 2 (MPI reductions of host copies; NCCL where two GPUs are visible, one per
+# rank), and each must match the one-rank GPU run within 1e-4; with one GPU, asking for NCCL
+# must be refused (exit 2). Exits 77 (CTest: skipped) when this pipetrain
 # cannot use a GPU, never 0.
 set -uo pipefail
 pipetrain=$1 deck=$2 data=$3 out=$4
@@ -42,9 +43,28 @@ echo "== CUDA one rank vs CUDA pp=2 on two ranks sharing the GPU =="
 run pp2 "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=2 device.kind=\"cuda\" \
   "log.dir=$out/pp2" || exit 1
 python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/pp2/metrics.jsonl" || exit 1
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [[ $gpus -ge 2 ]]; then
+  shared="one GPU per rank"
+  collectives=nccl
+else
+  shared="two ranks sharing the GPU"
+  collectives=mpi
+  echo "== comm.gpu_collectives = nccl is refused with two ranks on one GPU =="
+  "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=1 parallel.dp=2 \
+    device.kind=\"cuda\" comm.gpu_collectives=\"nccl\" "log.dir=$out/refused" \
+    >"$out/refused.log" 2>&1
+  rc=$?
+  if [[ $rc -ne 2 ]] || ! grep -q "NCCL needs one GPU per rank" "$out/refused.log"; then
+    echo "expected exit 2 naming the shared GPU, got $rc:"
+    cat "$out/refused.log"
+    exit 1
+  fi
+fi
 for layout in dp tp; do
-  echo "== CUDA one rank vs CUDA ${layout}=2 on two ranks sharing the GPU =="
+  echo "== CUDA one rank vs CUDA ${layout}=2, ${shared} (${collectives} reductions) =="
   run "${layout}2" "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=1 \
-    "parallel.${layout}=2" device.kind=\"cuda\" "log.dir=$out/${layout}2" || exit 1
+    "parallel.${layout}=2" device.kind=\"cuda\" "comm.gpu_collectives=\"$collectives\"" \
+    "log.dir=$out/${layout}2" || exit 1
   python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/${layout}2/metrics.jsonl" || exit 1
 done

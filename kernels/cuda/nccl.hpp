@@ -1,0 +1,44 @@
+// NCCL communicators for the CUDA backend's data- and tensor-parallel reductions
+// (comm.gpu_collectives, docs/cuda.md). They reduce device (managed) memory in place, queued on
+// a stream, so no host copy and no host wait is needed per call. Every function exists in every
+// build; without CUDA and NCCL they throw std::runtime_error saying so. The caller moves the
+// unique id between ranks (an MPI broadcast), so this layer needs no MPI.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+
+namespace pt::cuda {
+
+using NcclId = std::array<char, 128>; // ncclUniqueId's bytes (NCCL_UNIQUE_ID_BYTES)
+
+// True when this build links NCCL (and CUDA).
+bool nccl_compiled();
+// A fresh id for one communicator; made on one rank and broadcast to the others.
+NcclId nccl_unique_id();
+
+class NcclComm {
+public:
+  // Collective over the `nranks` processes that pass the same id, each on the GPU its CUDA
+  // backend started (cuda::start before this). side_stream: reductions run on a stream of
+  // their own, after the ops queued on the backend's stream so far (gradient buckets, so the
+  // backward goes on while they run); otherwise on the backend's stream, in order with the
+  // ops (tensor-parallel sums).
+  NcclComm(const NcclId& id, int nranks, int rank, bool side_stream);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  // x[0, n) (device or managed memory) summed, or maximised, in place over the group; queued.
+  void sum(float* x, std::size_t n);
+  void max(float* x, std::size_t n);
+  // The host waits until every reduction queued so far has finished.
+  void wait();
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace pt::cuda
