@@ -32,7 +32,7 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
        {"allreduce", "autotune", "topology", "calibration", "bucket_mb", "overlap",
         "ranks_per_node", "gpu_collectives"}},
       {"device", {"kind", "precision", "blas_threads"}},
-      {"log", {"every", "dir", "trace"}},
+      {"log", {"every", "dir", "trace", "op_profile"}},
       {"runtime", {"hang_timeout_s", "deterministic", "exit_after_steps"}},
   };
   return keys;
@@ -406,6 +406,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.log.every = static_cast<int>(r.get_int("log", "every", 1, 1, kBig));
   c.log.dir = r.get_string("log", "dir", "runs");
   c.log.trace = r.get_bool("log", "trace", false);
+  c.log.op_profile = r.get_bool("log", "op_profile", false);
   c.runtime.hang_timeout_s = r.get_double("runtime", "hang_timeout_s", 0.0, 0.0, 1e7);
   c.runtime.deterministic = r.get_bool("runtime", "deterministic", false);
   c.runtime.exit_after_steps =

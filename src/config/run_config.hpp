@@ -84,6 +84,7 @@ struct LogConfig {
   int every = 1;
   std::string dir = "runs";
   bool trace = false;
+  bool op_profile = false; // time every kernel op (synchronized), print a table at the end
 };
 
 struct RuntimeConfig {

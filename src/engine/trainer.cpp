@@ -25,6 +25,7 @@
 #include "ops.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "profile.hpp"
 #include "schedule/validate.hpp"
 #include "telemetry/metrics.hpp"
 #include "telemetry/peak.hpp"
@@ -68,7 +69,7 @@ std::unique_ptr<TokenFile> open_collectively(MPI_Comm comm, const std::string& p
 // the ranks of its node (several ranks share a GPU when there are more ranks than GPUs). Every
 // rank reaches the same verdict; a failure is an input error naming the fix.
 // PIPETRAIN_TEST_STAGED=1 (tests) gives the host backend with MPI staging.
-const Backend& open_backend(const DeviceConfig& d, MPI_Comm world) {
+const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
   if (d.kind != "cuda") {
     // test switch: the GPU backend's host staging of MPI traffic, on the host
     const char* staged = std::getenv("PIPETRAIN_TEST_STAGED");
@@ -169,6 +170,48 @@ std::unique_ptr<cuda::NcclComm> make_nccl(MPI_Comm group, bool side_stream, MPI_
   return comm;
 }
 
+// The backend of device.kind, wrapped in the op timer when log.op_profile is on.
+const Backend& open_backend(const RunConfig& cfg, MPI_Comm world) {
+  const Backend& be = open_device(cfg.device, world);
+  return cfg.log.op_profile ? profiled_backend(be) : be;
+}
+
+// log.op_profile: each op's calls and time, summed over all ranks, largest first, against the
+// ranks' summed step time.
+void print_op_profile(const Layout& layout, int steps, double steps_s) {
+  std::vector<OpTime> ops = op_times();
+  std::vector<double> sec(ops.size() + 1), calls(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    sec[i] = ops[i].seconds;
+    calls[i] = static_cast<double>(ops[i].calls);
+  }
+  sec.back() = steps_s;
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sec.data(), static_cast<int>(sec.size()), MPI_DOUBLE, MPI_SUM,
+                       layout.world()));
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, calls.data(), static_cast<int>(calls.size()), MPI_DOUBLE,
+                       MPI_SUM, layout.world()));
+  if (layout.rank() != 0) return;
+  double all = 0.0;
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    all += sec[i];
+    if (calls[i] > 0) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return sec[a] > sec[b]; });
+  std::printf("op profile (log.op_profile; %d step(s), %d rank(s), each op timed between two "
+              "synchronizes):\n  %-26s %10s %12s %8s %10s\n",
+              steps, layout.size(), "op", "calls", "total ms", "% ops", "mean us");
+  for (std::size_t i : order) {
+    std::printf("  %-26s %10.0f %12.3f %7.1f%% %10.2f\n", ops[i].name, calls[i], 1e3 * sec[i],
+                all > 0.0 ? 100.0 * sec[i] / all : 0.0, 1e6 * sec[i] / calls[i]);
+  }
+  std::printf("  all ops: %.3f ms of %.3f ms of steps, summed over ranks (%.1f%%); the rest is "
+              "communication, waiting and host work\n",
+              1e3 * all, 1e3 * sec.back(), sec.back() > 0.0 ? 100.0 * all / sec.back() : 0.0);
+  std::fflush(stdout);
+}
+
 int blas_threads_for(const DeviceConfig& d, const Layout& layout) {
   if (d.blas_threads > 0) return d.blas_threads;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -200,7 +243,7 @@ double time_stage(const RunConfig& cfg, const StageSpec& spec, const Backend& be
 // every rank's hardware and averaged, so every rank derives the same partition.
 BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
   const int L = cfg.model.n_layer;
-  const Backend& be = open_backend(cfg.device, world);
+  const Backend& be = open_backend(cfg, world);
   double t[3] = {time_stage(cfg, StageSpec{true, false, 0, 0}, be),
                  time_stage(cfg, StageSpec{false, false, 0, 1}, be),
                  time_stage(cfg, StageSpec{false, true, L, L}, be)};
@@ -375,7 +418,7 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
 }
 
 TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
-  const Backend& be = open_backend(cfg.device, layout.world());
+  const Backend& be = open_backend(cfg, layout.world());
   const bool root = layout.rank() == 0;
   const auto& m = cfg.model;
   const auto& t = cfg.train;
@@ -484,6 +527,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     }
   };
   double time_sum = 0.0;
+  double steps_s = 0.0; // every step of this run, the first included (log.op_profile)
+  reset_op_times();     // from here on: the partition's timing ran ops too
   double ema = 0.0;
   GradSyncStats comm_total;           // over this run's steps: max over ranks per step, summed
   std::vector<float> embedding_stage; // GPU backend: the tied-embedding gradient, host side
@@ -581,6 +626,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     }
 
     if (step > first_step) time_sum += dt;
+    steps_s += dt;
     ema = step == first_step ? dt : 0.9 * ema + 0.1 * dt;
     StepMetrics sm;
     sm.step = step + 1;
@@ -675,6 +721,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       std::fflush(stdout);
     }
   }
+  if (cfg.log.op_profile && run_steps > 0) print_op_profile(layout, run_steps, steps_s);
   const int timed = result.steps_done - first_step - 1;
   result.mean_tokens_per_s = timed > 0 ? tokens_per_step * timed / time_sum : 0.0;
 
