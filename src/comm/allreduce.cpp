@@ -558,11 +558,11 @@ std::size_t challenge_period(const TuneResult& w, const AllreduceAlgo* challenge
 // calls; the three calls before each challenge time the pick. After four challenges
 // watch_verdict decides.
 void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
-  if (w.calls == 0) w.period = challenge_period(w, challenger(w)); // a window starts
+  if (w.calls == 0) w.period = challenge_period(w, watch_challenger(w)); // a window starts
   const std::size_t period = w.period;
   const std::size_t phase = w.calls++ % period;
   if (phase + 4 < period) return run(w.pick, buf, n); // untimed: no overhead on short messages
-  AllreduceAlgo* const slot = challenger(w);
+  AllreduceAlgo* const slot = watch_challenger(w);
   const bool challenge = phase + 1 == period && slot != nullptr;
   const AllreduceAlgo algo = challenge ? *slot : w.pick;
   const double t0 = MPI_Wtime();
@@ -588,17 +588,38 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
     tuned_.erase(n); // w is gone
     return;
   }
-  if (v == WatchVerdict::keep) w.pick_ref = t[0];
-  if (v == WatchVerdict::challenger) { // the old pick takes the challenger's place in turn
-    std::swap(w.pick, *slot);
-    w.pick_ref = t[1];
+  settle_window(w, v, slot, t[0], t[1]);
+}
+
+void settle_window(TuneResult& w, WatchVerdict v, AllreduceAlgo* slot, double pick_s,
+                   double other_s) {
+  const bool rechecked = w.recheck >= 0;
+  w.recheck = -1;
+  if (v == WatchVerdict::keep) w.pick_ref = pick_s;
+  if (v == WatchVerdict::challenger && slot != nullptr) {
+    std::swap(w.pick, *slot); // the old pick takes the challenger's place
+    w.pick_ref = other_s;
     ++w.switches;
+    if (!rechecked) { // a switch back after a recheck stands without another
+      const auto in_dropped =
+          slot >= w.dropped.data() && slot < w.dropped.data() + w.dropped.size();
+      if (in_dropped) {
+        const AllreduceAlgo old = *slot;
+        w.dropped.erase(w.dropped.begin() + (slot - w.dropped.data()));
+        w.others.push_back(old);
+        w.recheck = static_cast<int>(w.others.size()) - 1;
+      } else {
+        w.recheck = static_cast<int>(slot - w.others.data());
+      }
+    }
   }
   ++w.turn;
 }
 
-// The challenger of the watch's current window (its place in others or dropped), or none.
-AllreduceAlgo* Allreducer::challenger(TuneResult& w) {
+AllreduceAlgo* watch_challenger(TuneResult& w) {
+  if (w.recheck >= 0 && static_cast<std::size_t>(w.recheck) < w.others.size()) {
+    return &w.others[static_cast<std::size_t>(w.recheck)];
+  }
   if (w.turn % 4 == 3 && !w.dropped.empty()) return &w.dropped[w.turn / 4 % w.dropped.size()];
   if (!w.others.empty()) return &w.others[w.turn % w.others.size()];
   return nullptr;

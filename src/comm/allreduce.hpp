@@ -107,6 +107,7 @@ struct TuneResult {
   std::vector<double> pick_s, other_s;
   double pick_ref = 0.0; // the pick's time in the last window within 1.5x (0: none yet)
   int drifted = 0;       // windows in a row more than 1.5x away from pick_ref
+  int recheck = -1;      // after a switch: the old pick's index in others, its next challenger
 };
 
 // The watch's verdict at the end of a window, from times agreed over ranks: the pick's
@@ -116,6 +117,17 @@ struct TuneResult {
 enum class WatchVerdict { keep, challenger, drifted, remeasure };
 WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger, int drifted_before,
                            int needed);
+
+// The watch's bookkeeping after a window's verdict (keep or challenger; the others change
+// nothing here), with slot the window's challenger (in others or dropped) and the window's
+// agreed times. A challenger that wins becomes the pick and the old pick takes its place. One
+// window's win may be noise, or a stall of the pick: so the old pick moves to others and
+// challenges again in the very next window (recheck), instead of waiting its turn, which for a
+// dropped candidate came every 4th window only. Advances the window count.
+void settle_window(TuneResult& w, WatchVerdict v, AllreduceAlgo* slot, double pick_s,
+                   double other_s);
+// The challenger of the watch's next window (its place in others or dropped), or none.
+AllreduceAlgo* watch_challenger(TuneResult& w);
 
 // In-place sums over one communicator. Keeps what repeated calls need: scratch memory, the
 // sub-communicators of the two-level algorithms and the shared-memory window, so a training
@@ -150,7 +162,6 @@ private:
   struct Trial; // auto's measurement in progress for one size
   void tuning_call(float* buf, std::size_t n);
   void watched_call(float* buf, std::size_t n, TuneResult& w);
-  static AllreduceAlgo* challenger(TuneResult& w);
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;

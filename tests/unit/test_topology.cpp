@@ -183,6 +183,52 @@ TEST(AutoWatch, VerdictFollowsTheTimes) {
   EXPECT_DOUBLE_EQ(pt::mean_of_fastest({4.0, 1.0, 2.0, 3.0, 100.0}, 5), 2.5);
 }
 
+// After a switch the old pick challenges at once: a dropped candidate that won one window on
+// noise is out again one window later, and a switch confirmed by the recheck stays.
+TEST(AutoWatch, SwitchIsRecheckedNextWindow) {
+  using A = pt::AllreduceAlgo;
+  using V = pt::WatchVerdict;
+  pt::TuneResult w;
+  w.pick = A::hierarchical;
+  w.dropped = {A::mpi, A::ring};
+  w.turn = 3; // a dropped candidate's window
+  pt::AllreduceAlgo* slot = pt::watch_challenger(w);
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(*slot, A::mpi);
+  pt::settle_window(w, V::challenger, slot, 100e-6, 90e-6);
+  EXPECT_EQ(w.pick, A::mpi);
+  EXPECT_EQ(w.dropped, std::vector<A>{A::ring});
+  EXPECT_EQ(w.others, std::vector<A>{A::hierarchical});
+  slot = pt::watch_challenger(w); // turn 4 would be others[0] anyway: check the flag too
+  EXPECT_EQ(w.recheck, 0);
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(*slot, A::hierarchical);
+  pt::settle_window(w, V::challenger, slot, 300e-6, 100e-6); // the recheck wins: back
+  EXPECT_EQ(w.pick, A::hierarchical);
+  EXPECT_EQ(w.recheck, -1);
+  EXPECT_EQ(w.switches, 2);
+  // a recheck whose verdict is keep leaves the new pick, and the rotation goes on
+  pt::TuneResult u;
+  u.pick = A::ring;
+  u.others = {A::rabenseifner, A::mpi};
+  u.turn = 1;
+  slot = pt::watch_challenger(u);
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(*slot, A::mpi);
+  pt::settle_window(u, V::challenger, slot, 100e-6, 90e-6);
+  EXPECT_EQ(u.pick, A::mpi);
+  EXPECT_EQ(u.recheck, 1);
+  u.turn = 4; // others[0] would be next in turn; the recheck comes first
+  slot = pt::watch_challenger(u);
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(*slot, A::ring);
+  pt::settle_window(u, V::keep, slot, 90e-6, 95e-6);
+  EXPECT_EQ(u.pick, A::mpi);
+  EXPECT_EQ(u.recheck, -1);
+  EXPECT_EQ(u.others, (std::vector<A>{A::rabenseifner, A::ring}));
+  EXPECT_EQ(*pt::watch_challenger(u), A::ring); // the rotation goes on: others[5 % 2]
+}
+
 // The window's stores: segments whose times depend on the kind of stores (and on a machine
 // state that changes) end up on the faster kind, and the slower kind runs about 2% of the
 // segments or fewer.
