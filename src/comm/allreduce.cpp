@@ -281,9 +281,9 @@ struct Allreducer::Groups {
   std::size_t win_floats = 0; // per rank
   std::vector<float*> slot;   // every row rank's part of the window
   // adaptive window stores per segment size class (2^11 floats and up, doubling); a class
-  // seen for the first time starts with the kind the last timed segment of any class kept
+  // seen for the first time starts from the class timed last (StoreChooser::seed)
   std::array<StoreChooser, 8> choice;
-  int last_kind = 0;
+  const StoreChooser* last = nullptr; // the chooser of the segment size timed last
 };
 
 struct Allreducer::Trial {
@@ -365,8 +365,13 @@ int StoreChooser::next() const {
   return timed_ % period >= period - kTrial ? 1 - kind_ : kind_;
 }
 
-void StoreChooser::seed(int kind) {
-  if (timed_ == 0) kind_ = kind;
+void StoreChooser::seed(const StoreChooser& last) {
+  if (timed_ != 0 || &last == this) return;
+  kind_ = last.kind_;
+  if (last.per_float_[0] > 0.0 && last.per_float_[1] > 0.0) {
+    per_float_[0] = last.per_float_[0];
+    per_float_[1] = last.per_float_[1];
+  }
 }
 
 void StoreChooser::learn(int kind, double seconds_per_float) {
@@ -434,7 +439,7 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     int stores = opt_.window_stores == WindowStores::streaming ? 1 : 0;
     if (opt_.window_stores == WindowStores::adaptive && w >= kTimedSegmentFloats) {
       chooser = &store_chooser(g.choice, w);
-      chooser->seed(g.last_kind);
+      if (g.last != nullptr) chooser->seed(*g.last);
       stores = chooser->next();
     }
     using Clock = std::chrono::steady_clock;
@@ -469,7 +474,7 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     if (chooser != nullptr) {
       const std::chrono::duration<double> took = (t1 - t0) + (Clock::now() - t2);
       chooser->learn(stores, took.count() / static_cast<double>(w));
-      g.last_kind = chooser->kind();
+      g.last = chooser;
     }
   }
 }

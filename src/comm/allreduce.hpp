@@ -39,8 +39,9 @@ std::optional<AllreduceAlgo> parse_allreduce(const std::string& name);
 enum class WindowStores { adaptive, cached, streaming };
 
 // adaptive window stores for segments of one size: the kind in use (0 cached, 1 streaming)
-// keeps a smoothed time per float; the other kind is first tried right after the first segment,
-// then runs the last 3 of every period segments
+// keeps a smoothed time per float (a new class starts from the class timed last: seed); the
+// other kind, unless its time came with the seed, is first tried right after the first
+// segment, then runs the last 3 of every period segments
 // (period 16 to 512, a power of two so that ranks with different periods still try on common
 // segments, chosen to keep the tries near 2% of the time), and the median of those three
 // replaces its time (measured long ago, perhaps on a machine in another state). The faster kind
@@ -49,7 +50,9 @@ class StoreChooser {
 public:
   int next() const; // the kind for the next segment
   void learn(int kind, double seconds_per_float);
-  void seed(int kind); // the kind to start with, before anything is timed
+  // Before anything is timed: start from the chooser of the segment size timed last, with its
+  // kind and, where it has timed both, its times per float (so no early try is needed).
+  void seed(const StoreChooser& last);
   int kind() const { return kind_; }
 
 private:

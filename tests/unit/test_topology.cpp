@@ -261,13 +261,27 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
     d.learn(k, k == 0 ? 1.0 : (i == 2 ? 0.1 : 2.0));
   }
   EXPECT_EQ(d.kind(), 0);
-  // a chooser seeded with streaming starts there, and a seed after timing changes nothing
+  // a new size class seeded from one that timed only cached starts with cached and tries
+  // streaming early; seeded from one that timed both kinds it takes their times and waits
+  // for its period (no early try: auto measures a new size on its first calls, and a try of
+  // the slower kind there would be charged to the window step); a seed after timing changes
+  // nothing
+  pt::StoreChooser fresh;
+  fresh.learn(0, 1.0); // no try of the other kind yet
   pt::StoreChooser e;
-  e.seed(1);
-  EXPECT_EQ(e.next(), 1);
-  e.learn(1, 1.0);
-  e.seed(0);
-  EXPECT_EQ(e.kind(), 1);
+  e.seed(fresh);
+  EXPECT_EQ(e.next(), 0);
+  e.learn(0, 1.0);
+  EXPECT_EQ(e.next(), 1); // the early try
+  pt::StoreChooser g;
+  g.seed(c); // c: cached in use, streaming timed too
+  EXPECT_EQ(g.kind(), 0);
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(g.next(), 0) << "segment " << i;
+    g.learn(0, 1.0);
+  }
+  g.seed(fresh);
+  EXPECT_EQ(g.kind(), 0);
 }
 
 TEST(GradBuckets, ReverseLayerOrderCoveringEverything) {
