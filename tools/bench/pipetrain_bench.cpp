@@ -207,6 +207,15 @@ int bench_allreduce(const Args& a) {
                     algbw * 2.0 * (p - 1) / p, row.ratio.back());
       }
     }
+    if (rank == 0 && tr != cols[k_auto].red->tuned().end()) { // why auto picked what it did
+      std::printf("%12.0f # auto's last measurement (us, max over ranks; far behind after one "
+                  "round: that round's time):",
+                  row.bytes);
+      for (const auto& [algo, sec] : tr->second.seconds) {
+        std::printf(" %s %.2f", pt::algorithm_name(algo), sec * 1e6);
+      }
+      std::printf("\n");
+    }
     if (rank == 0) std::fflush(stdout);
     rows.push_back(row);
   }
