@@ -173,7 +173,7 @@ void GradSync::finish(GradSyncStats& stats) {
   const double t0 = MPI_Wtime();
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (launched_[b]) continue;
-    if (mode_ == "none" && !nccl_) {
+    if (mode_ == "none") {
       reducer_->sum(stage_out(b), buckets_[b].count);
     } else {
       launch(b);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/allreduce.hpp"
@@ -69,17 +70,25 @@ std::unique_ptr<TokenFile> open_collectively(MPI_Comm comm, const std::string& p
 // the ranks of its node (several ranks share a GPU when there are more ranks than GPUs). Every
 // rank reaches the same verdict; a failure is an input error naming the fix.
 // PIPETRAIN_TEST_STAGED=1 (tests) gives the host backend with MPI staging.
+// This rank's index among the ranks that share its machine's memory, and how many they are:
+// the physical node, which owns the GPUs (not comm.ranks_per_node's emulated one).
+std::pair<int, int> physical_node(MPI_Comm world) {
+  MPI_Comm node = MPI_COMM_NULL;
+  PT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int rank = 0, size = 1;
+  PT_MPI(MPI_Comm_rank(node, &rank));
+  PT_MPI(MPI_Comm_size(node, &size));
+  PT_MPI(MPI_Comm_free(&node));
+  return {rank, size};
+}
+
 const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
   if (d.kind != "cuda") {
     // test switch: the GPU backend's host staging of MPI traffic, on the host
     const char* staged = std::getenv("PIPETRAIN_TEST_STAGED");
     return staged != nullptr && std::string(staged) == "1" ? host_staged_backend() : host_backend();
   }
-  MPI_Comm node = MPI_COMM_NULL;
-  PT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int local = 0;
-  PT_MPI(MPI_Comm_rank(node, &local));
-  PT_MPI(MPI_Comm_free(&node));
+  const int local = physical_node(world).first;
   const Backend* be = nullptr;
   std::optional<Error> err;
   std::string why;
@@ -103,17 +112,13 @@ const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
 // `why` and true: NCCL; false: host-staged MPI, `why` saying so. NCCL needs a build with it
 // and a GPU of its own for every rank (it refuses two ranks of a communicator on one GPU); an
 // explicit "nccl" that cannot be met is an input error, agreed by all ranks.
-bool use_nccl(const RunConfig& cfg, const Backend& be, MPI_Comm world, std::string& why) {
+bool use_nccl(const RunConfig& cfg, MPI_Comm world, std::string& why) {
   const std::string& want = cfg.comm.gpu_collectives;
-  if (be.on_host() || cfg.device.kind != "cuda" || want == "mpi") {
+  if (cfg.device.kind != "cuda" || want == "mpi") {
     why = want == "mpi" ? "comm.gpu_collectives = \"mpi\"" : "";
     return false;
   }
-  MPI_Comm node = MPI_COMM_NULL;
-  PT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int on_node = 1;
-  PT_MPI(MPI_Comm_size(node, &on_node));
-  PT_MPI(MPI_Comm_free(&node));
+  const int on_node = physical_node(world).second;
   std::string ignored;
   int ok = 1, most = on_node, gpus = cuda::device_count(ignored);
   if (!cuda::nccl_compiled()) {
@@ -445,7 +450,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   const int v = cfg.parallel.virtual_stages;
   const int me = layout.coords().pp;
   std::string staged_why;
-  const bool nccl = use_nccl(cfg, be, layout.world(), staged_why);
+  const bool nccl = use_nccl(cfg, layout.world(), staged_why);
   std::unique_ptr<cuda::NcclComm> tp_nccl; // shared by the chunks: they run one at a time
   if (nccl && layout.tp() > 1) tp_nccl = make_nccl(layout.tp_comm(), false, layout.world());
   std::vector<std::unique_ptr<GptStage>> chunks;

@@ -86,8 +86,7 @@ void GptStage::tp_allreduce(float* x, std::size_t n, MPI_Op op) const {
     }
     return;
   }
-  be_.synchronize(); // MPI reads x from the host side
-  if (be_.on_host()) {
+  if (be_.on_host()) { // in place: the host backend has nothing queued
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_FLOAT, op, tp_.comm));
     return;
   }

@@ -34,6 +34,18 @@ int main() {
     for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000) - 500.0f;
     auto* x = static_cast<float*>(co::alloc_managed(n * sizeof(float)));
     co::to_device(x, host.data(), n * sizeof(float));
+    std::vector<float> got(n);
+    auto expect_scaled = [&](float factor, const char* what) { // x == host * factor, exactly
+      co::to_host(got.data(), x, n * sizeof(float));
+      for (std::size_t i = 0; i < n; ++i) {
+        if (got[i] != host[i] * factor) {
+          std::printf("FAIL: %s, element %zu: %g, expected %g\n", what, i, got[i],
+                      host[i] * factor);
+          ++failures;
+          return;
+        }
+      }
+    };
     {
       pt::cuda::NcclComm side(pt::cuda::nccl_unique_id(), 1, 0, true);
       for (int rep = 0; rep < 20; ++rep) { // 2^20 x after 20 doublings: exact in fp32
@@ -41,30 +53,13 @@ int main() {
         side.sum(x, n);
         side.wait();
       }
-      std::vector<float> got(n);
-      co::to_host(got.data(), x, n * sizeof(float));
-      for (std::size_t i = 0; i < n; ++i) {
-        if (got[i] != host[i] * 1048576.0f) {
-          std::printf("FAIL: side-stream sum, element %zu: %g, expected %g\n", i, got[i],
-                      host[i] * 1048576.0f);
-          ++failures;
-          break;
-        }
-      }
+      expect_scaled(1048576.0f, "side-stream sum");
       pt::cuda::NcclComm inline_comm(pt::cuda::nccl_unique_id(), 1, 0, false);
       inline_comm.max(x, n);
       co::scale(x, 0.5f, n);
       inline_comm.sum(x, n);
       inline_comm.wait();
-      co::to_host(got.data(), x, n * sizeof(float));
-      for (std::size_t i = 0; i < n; ++i) {
-        if (got[i] != host[i] * 524288.0f) {
-          std::printf("FAIL: stream-ordered max/sum, element %zu: %g, expected %g\n", i, got[i],
-                      host[i] * 524288.0f);
-          ++failures;
-          break;
-        }
-      }
+      expect_scaled(524288.0f, "stream-ordered max/sum");
     }
     co::release(x);
     co::finalize();
