@@ -4,7 +4,15 @@
 // atomics; every matrix product is one cuBLAS call (attention: one strided-batched call per
 // sequence over its heads). cuBLAS is column-major: a row-major (R,C) matrix is a column-major
 // (C,R) one, so out = inp @ w^T becomes out^T = w^T-as-stored times inp^T-as-stored.
+//
+// Precision "bf16": a matrix product converts its two fp32 operands to bf16 copies (device
+// scratch) and runs cuBLAS on bf16 inputs with fp32 accumulation and an fp32 result. Attention
+// converts q, k, v (and the incoming gradient) once per call, keeps its probabilities P in bf16
+// inside the att buffer (which then holds B*NH*T*T bf16 values, not floats: only this backend
+// reads it), and feeds bf16 dS to the dq and dk products. On the H100 this ran the products
+// 2x or more faster than cuBLAS's fp32-input bf16 mode (docs/performance.md).
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,15 +25,25 @@
 namespace pt::cuda_ops {
 namespace {
 
+using bf16 = __nv_bfloat16;
+
+// Device scratch that grows to the largest request and is reused by calls in stream order.
+struct Scratch {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+};
+
 struct Backend {
   int device = -1;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
-  float* scratch = nullptr; // attention_backward: NH*T*T floats, grown as needed
-  std::size_t scratch_floats = 0;
-  double* sum = nullptr; // sum_squares' result
-  // matrix products: fp32 inputs and outputs; tensor cores with TF32 or bf16 inputs when asked
+  Scratch dp;                  // attention_backward: dP of one sequence, NH*T*T floats
+  Scratch op_a, op_b;          // bf16 copies of a matrix product's two operands
+  Scratch qkv16, dout16, ds16; // attention in bf16: its inputs and dS of one sequence
+  double* sum = nullptr;       // sum_squares' result
+  // matrix products: fp32 inputs and outputs; tensor cores with TF32-rounded inputs when asked
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  bool bf16 = false; // precision "bf16": operands converted to bf16 (see the top of this file)
 };
 Backend g;
 
@@ -50,6 +68,23 @@ void ready() {
 // next synchronize().
 void launched(const char* what) {
   check(cudaGetLastError(), what);
+}
+
+template <class T> T* grown(Scratch& s, std::size_t count, const char* what) {
+  const std::size_t bytes = count * sizeof(T);
+  if (s.bytes < bytes) {
+    check(cudaStreamSynchronize(g.stream), what); // a queued kernel may still use the old one
+    cudaFree(s.p);
+    s = Scratch{};
+    check(cudaMalloc(&s.p, bytes), what);
+    s.bytes = bytes;
+  }
+  return static_cast<T*>(s.p);
+}
+
+void free_scratch(Scratch& s) {
+  cudaFree(s.p);
+  s = Scratch{};
 }
 
 constexpr int kThreads = 256;
@@ -87,7 +122,31 @@ template <bool Max> __device__ float block_reduce(float x, float* shared) {
   return y;
 }
 
+__device__ float load(float x) {
+  return x;
+}
+__device__ float load(bf16 x) {
+  return __bfloat162float(x);
+}
+__device__ void store(float* p, float x) {
+  *p = x;
+}
+__device__ void store(bf16* p, float x) {
+  *p = __float2bfloat16(x); // round to nearest even
+}
+
 // ---- kernels --------------------------------------------------------------------------------
+
+// out (rows x cols, dense) = bf16 of in (rows x cols, rows ld floats apart)
+__global__ void to_bf16_k(bf16* out, const float* in, std::size_t rows, int cols, int ld) {
+  const std::size_t total = rows * static_cast<std::size_t>(cols);
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t r = i / static_cast<std::size_t>(cols);
+    const std::size_t c = i - r * static_cast<std::size_t>(cols);
+    out[i] = __float2bfloat16(in[r * static_cast<std::size_t>(ld) + c]);
+  }
+}
 
 __global__ void encoder_forward_k(float* out, const int32_t* tokens, const float* wte,
                                   const float* wpe, int BT, int T, int C, int v_begin, int v_end) {
@@ -225,37 +284,40 @@ __global__ void broadcast_rows_k(float* out, const float* bias, int N, int OC) {
 }
 
 // Causal softmax of each (T,T) row in place: row i keeps columns 0..i, the rest become zero.
-// One block per row of all B*NH*T rows.
-__global__ void causal_softmax_k(float* att, int T) {
+// One block per row of all B*NH*T rows. E: float, or bf16 (computed in float, stored rounded).
+template <class E> __global__ void causal_softmax_k(E* att, int T) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const int i = static_cast<int>(row % T);
-  float* p = att + row * T;
+  E* p = att + row * T;
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, p[j]);
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, load(p[j]));
   mx = block_reduce<true>(mx, shared);
   float s = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) {
-    const float e = expf(p[j] - mx);
-    p[j] = e;
-    s += e;
-  }
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) s += expf(load(p[j]) - mx);
   s = block_reduce<false>(s, shared);
   const float inv = 1.0f / s;
-  for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = j <= i ? p[j] * inv : 0.0f;
+  for (int j = threadIdx.x; j < T; j += blockDim.x) {
+    store(p + j, j <= i ? expf(load(p[j]) - mx) * inv : 0.0f);
+  }
 }
 
-// dS = P * (dP - sum_j P dP) in place in ds, row by row (causal: zero above the diagonal)
-__global__ void causal_softmax_backward_k(float* ds, const float* att, int T) {
+// dS = P * (dP - sum_j P dP), row by row (causal: zero above the diagonal). ds may be dp (fp32,
+// in place): each thread reads its own dp[j] before it writes ds[j].
+template <class E>
+__global__ void causal_softmax_backward_k(E* ds, const float* dp, const E* att, int T) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const int i = static_cast<int>(row % T);
-  const float* p = att + row * T;
-  float* d = ds + row * T;
+  const E* p = att + row * T;
+  const float* d = dp + row * T;
+  E* o = ds + row * T;
   float dot = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += p[j] * d[j];
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += load(p[j]) * d[j];
   dot = block_reduce<false>(dot, shared);
-  for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= i ? p[j] * (d[j] - dot) : 0.0f;
+  for (int j = threadIdx.x; j < T; j += blockDim.x) {
+    store(o + j, j <= i ? load(p[j]) * (d[j] - dot) : 0.0f);
+  }
 }
 
 __global__ void gelu_forward_k(float* out, const float* inp, std::size_t n) {
@@ -387,25 +449,66 @@ __global__ void adamw_k(float* param, float* m, float* v, const float* grad, std
   }
 }
 
-// Row-major C(M,N) = alpha * op(A) op(B) + beta * C with row-major A, B (as the host's gemm):
-// column-major, that is C^T = op(B)^T-stored times op(A)^T-stored.
-void gemm_rm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-             const float* B, int ldb, float beta, float* C, int ldc, const char* what) {
-  check(cublasGemmEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
-                     K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
-                     g.compute, CUBLAS_GEMM_DEFAULT),
-        what);
+// A row-major matrix's storage: `rows` rows of `cols` values, `ld` values apart.
+struct Operand {
+  const void* p;
+  cudaDataType_t type;
+  int ld;
+};
+
+// Row-major C(M,N) = alpha * op(A) op(B) + beta * C over `count` problems whose matrices start
+// sa, sb, sc elements apart (count 1: a plain product): column-major, that is
+// C^T = op(B)^T-stored times op(A)^T-stored. alpha and beta are float (fp32 accumulation).
+void gemm_typed(bool ta, bool tb, int M, int N, int K, float alpha, Operand A, long long sa,
+                Operand B, long long sb, float beta, void* C, cudaDataType_t ctype, int ldc,
+                long long sc, int count, cublasComputeType_t compute, const char* what) {
+  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (count == 1) {
+    check(cublasGemmEx(g.blas, opb, opa, N, M, K, &alpha, B.p, B.type, B.ld, A.p, A.type, A.ld,
+                       &beta, C, ctype, ldc, compute, CUBLAS_GEMM_DEFAULT),
+          what);
+  } else {
+    check(cublasGemmStridedBatchedEx(g.blas, opb, opa, N, M, K, &alpha, B.p, B.type, B.ld, sb, A.p,
+                                     A.type, A.ld, sa, &beta, C, ctype, ldc, sc, count, compute,
+                                     CUBLAS_GEMM_DEFAULT),
+          what);
+  }
 }
 
-// The same over `count` problems whose matrices start stride_a, stride_b, stride_c apart.
-void gemm_rm_batched(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
-                     long long sa, const float* B, int ldb, long long sb, float beta, float* C,
-                     int ldc, long long sc, int count, const char* what) {
-  check(cublasGemmStridedBatchedEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
-                                   ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F, ldc, sc,
-                                   count, g.compute, CUBLAS_GEMM_DEFAULT),
-        what);
+// A dense bf16 copy (in `s`) of the rows x cols fp32 matrix at x, rows ld floats apart.
+const bf16* as_bf16(Scratch& s, const float* x, std::size_t rows, int cols, int ld,
+                    const char* what) {
+  const std::size_t n = rows * static_cast<std::size_t>(cols);
+  bf16* out = grown<bf16>(s, n, what);
+  to_bf16_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, x, rows, cols, ld);
+  launched(what);
+  return out;
+}
+
+// Row-major C(M,N) = alpha * op(A) op(B) + beta * C with row-major fp32 A, B, C (as the host's
+// gemm). At precision bf16 the two operands go through bf16 copies.
+void gemm_rm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+             const float* B, int ldb, float beta, float* C, int ldc, const char* what) {
+  if (!g.bf16) {
+    gemm_typed(ta, tb, M, N, K, alpha, {A, CUDA_R_32F, lda}, 0, {B, CUDA_R_32F, ldb}, 0, beta, C,
+               CUDA_R_32F, ldc, 0, 1, g.compute, what);
+    return;
+  }
+  const int a_cols = ta ? M : K, b_cols = tb ? K : N;
+  const bf16* a = as_bf16(g.op_a, A, static_cast<std::size_t>(ta ? K : M), a_cols, lda, what);
+  const bf16* b = as_bf16(g.op_b, B, static_cast<std::size_t>(tb ? N : K), b_cols, ldb, what);
+  gemm_typed(ta, tb, M, N, K, alpha, {a, CUDA_R_16BF, a_cols}, 0, {b, CUDA_R_16BF, b_cols}, 0, beta,
+             C, CUDA_R_32F, ldc, 0, 1, CUBLAS_COMPUTE_32F, what);
+}
+
+// The attention products of one sequence, over its NH heads: fp32 (at g.compute) or bf16.
+void gemm_heads(bool ta, bool tb, int M, int N, int K, float alpha, const void* A, int lda,
+                long long sa, const void* B, int ldb, long long sb, float beta, void* C,
+                cudaDataType_t ctype, int ldc, long long sc, int count, const char* what) {
+  const cudaDataType_t in = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  gemm_typed(ta, tb, M, N, K, alpha, {A, in, lda}, sa, {B, in, ldb}, sb, beta, C, ctype, ldc, sc,
+             count, g.bf16 ? CUBLAS_COMPUTE_32F : g.compute, what);
 }
 
 unsigned warp_rows_blocks(int N) {
@@ -435,7 +538,7 @@ void init(int device) {
 void finalize() {
   if (g.stream == nullptr) return;
   cudaStreamSynchronize(g.stream);
-  cudaFree(g.scratch);
+  for (Scratch* x : {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16}) free_scratch(*x);
   cudaFree(g.sum);
   cublasDestroy(g.blas);
   cudaStreamDestroy(g.stream);
@@ -457,23 +560,29 @@ void set_precision(const std::string& precision) {
     g.compute = CUBLAS_COMPUTE_32F;
   } else if (precision == "tf32") {
     g.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-  } else if (precision == "bf16") {
-    g.compute = CUBLAS_COMPUTE_32F_FAST_16BF;
-  } else {
+  } else if (precision != "bf16") {
     throw std::runtime_error("CUDA backend: unknown precision \"" + precision + "\"");
   }
+  g.bf16 = precision == "bf16";
 }
 
 double measure_gemm_flops(double seconds) {
   ready();
   constexpr int n = 4096; // large enough to run at the tensor cores' rate
-  const std::size_t bytes = sizeof(float) * n * n;
-  float* a = static_cast<float*>(alloc(bytes));
-  float* b = static_cast<float*>(alloc(bytes));
-  float* c = static_cast<float*>(alloc(bytes));
-  check(cudaMemsetAsync(a, 0, bytes, g.stream), "cudaMemset");
-  check(cudaMemsetAsync(b, 0, bytes, g.stream), "cudaMemset");
-  gemm_rm(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, "measure_gemm_flops");
+  // at bf16 the product the ops run after converting: bf16 inputs, fp32 result
+  const cudaDataType_t in = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasComputeType_t compute = g.bf16 ? CUBLAS_COMPUTE_32F : g.compute;
+  const std::size_t in_bytes = (g.bf16 ? sizeof(bf16) : sizeof(float)) * n * n;
+  void* a = alloc(in_bytes);
+  void* b = alloc(in_bytes);
+  void* c = alloc(sizeof(float) * n * n);
+  check(cudaMemsetAsync(a, 0, in_bytes, g.stream), "cudaMemset");
+  check(cudaMemsetAsync(b, 0, in_bytes, g.stream), "cudaMemset");
+  const auto product = [&] {
+    gemm_typed(false, true, n, n, n, 1.0f, {a, in, n}, 0, {b, in, n}, 0, 0.0f, c, CUDA_R_32F, n, 0,
+               1, compute, "measure_gemm_flops");
+  };
+  product();
   synchronize(); // the first call picks the algorithm
   cudaEvent_t start = nullptr, stop = nullptr;
   check(cudaEventCreate(&start), "cudaEventCreate");
@@ -482,9 +591,7 @@ double measure_gemm_flops(double seconds) {
   float ms = 0.0f;
   for (;;) {
     check(cudaEventRecord(start, g.stream), "cudaEventRecord");
-    for (int r = 0; r < reps; ++r) {
-      gemm_rm(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, "measure_gemm_flops");
-    }
+    for (int r = 0; r < reps; ++r) product();
     check(cudaEventRecord(stop, g.stream), "cudaEventRecord");
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
@@ -628,18 +735,32 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   const int HS = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const long long TT = static_cast<long long>(T) * T;
+  // bf16: q, k, v converted once; P stored in bf16 in the att buffer
+  const std::size_t es = g.bf16 ? sizeof(bf16) : sizeof(float);
+  const cudaDataType_t ptype = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const char* in = reinterpret_cast<const char*>(qkv);
+  if (g.bf16) {
+    in = reinterpret_cast<const char*>(
+        as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_forward"));
+  }
   for (int b = 0; b < B; ++b) { // all heads of one sequence per call
-    const float* q = qkv + static_cast<std::size_t>(b) * T * C3;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* p = att + static_cast<std::size_t>(b) * NH * TT;
-    gemm_rm_batched(false, true, T, T, HS, scale, q, C3, HS, k, C3, HS, 0.0f, p, T, TT, NH,
-                    "attention scores");
-    causal_softmax_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(p, T);
+    const char* q = in + es * static_cast<std::size_t>(b) * T * C3;
+    const char* k = q + es * C;
+    const char* v = q + es * 2 * C;
+    char* p = reinterpret_cast<char*>(att) + es * static_cast<std::size_t>(b) * NH * TT;
+    gemm_heads(false, true, T, T, HS, scale, q, C3, HS, k, C3, HS, 0.0f, p, ptype, T, TT, NH,
+               "attention scores");
+    if (g.bf16) {
+      causal_softmax_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
+          reinterpret_cast<bf16*>(p), T);
+    } else {
+      causal_softmax_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
+          reinterpret_cast<float*>(p), T);
+    }
     launched("attention softmax");
     float* o = out + static_cast<std::size_t>(b) * T * C;
-    gemm_rm_batched(false, false, T, HS, T, 1.0f, p, T, TT, v, C3, HS, 0.0f, o, C, HS, NH,
-                    "attention output");
+    gemm_heads(false, false, T, HS, T, 1.0f, p, T, TT, v, C3, HS, 0.0f, o, CUDA_R_32F, C, HS, NH,
+               "attention output");
   }
 }
 
@@ -651,38 +772,47 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   const int HS = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const long long TT = static_cast<long long>(T) * T;
-  const std::size_t need = static_cast<std::size_t>(NH) * TT;
-  if (g.scratch_floats < need) {
-    check(cudaStreamSynchronize(g.stream), "attention_backward scratch");
-    cudaFree(g.scratch);
-    g.scratch = nullptr;
-    g.scratch_floats = 0;
-    check(cudaMalloc(&g.scratch, need * sizeof(float)), "attention_backward scratch");
-    g.scratch_floats = need;
+  const std::size_t es = g.bf16 ? sizeof(bf16) : sizeof(float);
+  float* dp = grown<float>(g.dp, static_cast<std::size_t>(NH) * TT, "attention_backward scratch");
+  // dS: in place over dP (fp32), or a bf16 copy for the dq and dk products
+  void* ds = dp;
+  const char* in = reinterpret_cast<const char*>(qkv);
+  const char* dy = reinterpret_cast<const char*>(dout);
+  if (g.bf16) {
+    ds = grown<bf16>(g.ds16, static_cast<std::size_t>(NH) * TT, "attention_backward scratch");
+    in = reinterpret_cast<const char*>(
+        as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_backward"));
+    dy = reinterpret_cast<const char*>(
+        as_bf16(g.dout16, dout, static_cast<std::size_t>(B) * T, C, C, "attention_backward"));
   }
-  float* ds = g.scratch;
   for (int b = 0; b < B; ++b) {
     const std::size_t off = static_cast<std::size_t>(b) * T * C3;
-    const float* q = qkv + off;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
+    const char* q = in + es * off;
+    const char* k = q + es * C;
+    const char* v = q + es * 2 * C;
     float* dq = dqkv + off;
     float* dk = dq + C;
     float* dv = dq + 2 * C;
-    const float* p = att + static_cast<std::size_t>(b) * NH * TT;
-    const float* d = dout + static_cast<std::size_t>(b) * T * C;
+    const char* p = reinterpret_cast<const char*>(att) + es * static_cast<std::size_t>(b) * NH * TT;
+    const char* d = dy + es * static_cast<std::size_t>(b) * T * C;
     // dP = dout_h @ v^T ; dv += P^T @ dout_h
-    gemm_rm_batched(false, true, T, T, HS, 1.0f, d, C, HS, v, C3, HS, 0.0f, ds, T, TT, NH,
-                    "attention dP");
-    gemm_rm_batched(true, false, T, HS, T, 1.0f, p, T, TT, d, C, HS, 1.0f, dv, C3, HS, NH,
-                    "attention dv");
-    causal_softmax_backward_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(ds, p, T);
+    gemm_heads(false, true, T, T, HS, 1.0f, d, C, HS, v, C3, HS, 0.0f, dp, CUDA_R_32F, T, TT, NH,
+               "attention dP");
+    gemm_heads(true, false, T, HS, T, 1.0f, p, T, TT, d, C, HS, 1.0f, dv, CUDA_R_32F, C3, HS, NH,
+               "attention dv");
+    if (g.bf16) {
+      causal_softmax_backward_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
+          static_cast<bf16*>(ds), dp, reinterpret_cast<const bf16*>(p), T);
+    } else {
+      causal_softmax_backward_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
+          dp, dp, reinterpret_cast<const float*>(p), T);
+    }
     launched("attention softmax backward");
     // dq += scale dS @ k ; dk += scale dS^T @ q
-    gemm_rm_batched(false, false, T, HS, T, scale, ds, T, TT, k, C3, HS, 1.0f, dq, C3, HS, NH,
-                    "attention dq");
-    gemm_rm_batched(true, false, T, HS, T, scale, ds, T, TT, q, C3, HS, 1.0f, dk, C3, HS, NH,
-                    "attention dk");
+    gemm_heads(false, false, T, HS, T, scale, ds, T, TT, k, C3, HS, 1.0f, dq, CUDA_R_32F, C3, HS,
+               NH, "attention dq");
+    gemm_heads(true, false, T, HS, T, scale, ds, T, TT, q, C3, HS, 1.0f, dk, CUDA_R_32F, C3, HS, NH,
+               "attention dk");
   }
 }
 

@@ -1,8 +1,8 @@
 // The CUDA backend of kernels/ops.hpp: the same functions, with the same shapes and the same
 // "accumulates unless it says writes" rule, on device pointers. Every call is queued on one
 // stream of the device chosen by init() and returns without waiting, except sum_squares (it
-// returns a number) and synchronize(). Matrix products go through cuBLAS in fp32 (tensor-core
-// TF32 only when set_tf32(true)). Errors throw std::runtime_error naming the call.
+// returns a number) and synchronize(). Matrix products go through cuBLAS in fp32, TF32 or bf16
+// (set_precision). Errors throw std::runtime_error naming the call.
 //
 // Differences from the host backend, all within the parity tolerances (docs/cuda.md):
 // - sums of many terms (column sums, gradient scatters) run in parallel with atomics, so their
@@ -27,12 +27,14 @@ void init(int device);
 void finalize();
 // Waits for everything queued; throws if a kernel failed.
 void synchronize();
-// Matrix products (cuBLAS compute type, fp32 inputs and outputs throughout): "fp32" exact fp32;
-// "tf32" tensor cores with TF32-rounded inputs (about 1e-3 relative); "bf16" tensor cores with
-// bf16-rounded inputs (about 4e-3 relative, 2^-8), fp32 accumulation. Throws on other names.
+// Matrix products, on fp32 tensors throughout: "fp32" exact fp32; "tf32" tensor cores with
+// TF32-rounded inputs (about 1e-3 relative); "bf16" tensor cores on bf16 copies of the inputs
+// (about 4e-3 relative, 2^-8), fp32 accumulation and results; attention then also keeps its
+// probabilities in bf16 in the att buffer (see ops_cuda.cu). Throws on other names.
 void set_precision(const std::string& precision);
 void set_tf32(bool on); // set_precision("tf32") or ("fp32")
-// Rate of a 4096^3 matrix product at the current precision (FLOP/s), timed for `seconds`.
+// Rate of a 4096^3 matrix product at the current precision (FLOP/s), timed for `seconds`; at
+// bf16 on bf16 inputs (the product the ops run once their operands are converted).
 double measure_gemm_flops(double seconds);
 // The cudaStream_t every call uses (as void*, so that callers need no CUDA headers).
 void* stream();

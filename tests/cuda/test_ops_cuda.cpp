@@ -63,10 +63,58 @@ void expect_close(const std::string& what, const std::vector<float>& got,
   std::printf("%-4s %-40s relative L2 error %.3g\n", ok ? "ok" : "FAIL", what.c_str(), rel);
 }
 
+constexpr int B = 2, T = 64, C = 96, NH = 4, V = 501, OC = 3 * C;
+constexpr int N = B * T;
+constexpr std::size_t NC = static_cast<std::size_t>(N) * C;
+
+// The matrix products, at the backend's current precision: relative L2 error at most tol.
+void check_linear(const std::string& tag, double tol) {
+  const auto inp = random(NC, -1, 1, 20), w = random(static_cast<std::size_t>(OC) * C, -1, 1, 21);
+  const auto bias = random(OC, -1, 1, 22);
+  const auto dout = random(static_cast<std::size_t>(N) * OC, -1, 1, 23);
+  Dev<float> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout);
+  for (int with_bias = 1; with_bias >= 0; --with_bias) {
+    std::vector<float> out(static_cast<std::size_t>(N) * OC);
+    Dev<float> d_out(out);
+    ho::matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, C,
+                       OC);
+    co::matmul_forward(d_out.p, d_inp.p, d_w.p, with_bias ? d_bias.p : nullptr, N, C, OC);
+    expect_close((with_bias ? "matmul_forward" : "matmul_forward (no bias)") + tag, d_out.host(),
+                 out, tol);
+  }
+  auto dinp = random(NC, -1, 1, 24), dw = random(static_cast<std::size_t>(OC) * C, -1, 1, 25);
+  auto dbias = random(OC, -1, 1, 26);
+  Dev<float> d_dinp(dinp), d_dw(dw), d_dbias(dbias);
+  ho::matmul_backward_input(dinp.data(), dout.data(), w.data(), N, C, OC);
+  co::matmul_backward_input(d_dinp.p, d_dout.p, d_w.p, N, C, OC);
+  expect_close("matmul_backward_input" + tag, d_dinp.host(), dinp, tol);
+  ho::matmul_backward_weight(dw.data(), dbias.data(), dout.data(), inp.data(), N, C, OC);
+  co::matmul_backward_weight(d_dw.p, d_dbias.p, d_dout.p, d_inp.p, N, C, OC);
+  expect_close("matmul_backward_weight dw" + tag, d_dw.host(), dw, tol);
+  expect_close("matmul_backward_weight dbias" + tag, d_dbias.host(), dbias, tol);
+}
+
+// Attention forward and backward at the current precision. At bf16 the att buffer holds bf16
+// probabilities (the backend's own format), so only fp32 compares it.
+void check_attention(const std::string& tag, double tol, bool compare_att) {
+  const std::size_t n_qkv = static_cast<std::size_t>(N) * 3 * C;
+  const std::size_t n_att = static_cast<std::size_t>(B) * NH * T * T;
+  const auto qkv = random(n_qkv, -1, 1, 30), dout = random(NC, -1, 1, 31);
+  std::vector<float> out(NC), att(n_att), scratch(static_cast<std::size_t>(T) * T);
+  Dev<float> d_qkv(qkv), d_dout(dout), d_out(out), d_att(att), d_scratch(scratch);
+  ho::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  co::attention_forward(d_out.p, d_att.p, d_qkv.p, B, T, C, NH);
+  expect_close("attention_forward out" + tag, d_out.host(), out, tol);
+  if (compare_att) expect_close("attention_forward att" + tag, d_att.host(), att, tol);
+  auto dqkv = random(n_qkv, -1, 1, 32);
+  Dev<float> d_dqkv(dqkv);
+  ho::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C,
+                         NH);
+  co::attention_backward(d_dqkv.p, d_scratch.p, d_dout.p, d_qkv.p, d_att.p, B, T, C, NH);
+  expect_close("attention_backward" + tag, d_dqkv.host(), dqkv, tol);
+}
+
 void run() {
-  const int B = 2, T = 64, C = 96, NH = 4, V = 501, OC = 3 * C;
-  const int N = B * T;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
   std::vector<int32_t> tokens(static_cast<std::size_t>(N)), targets(static_cast<std::size_t>(N));
   std::mt19937 gen(7);
   for (int i = 0; i < N; ++i) {
@@ -126,47 +174,14 @@ void run() {
     expect_close("layernorm_backward_weight dw", d_dw.host(), dw);
     expect_close("layernorm_backward_weight db", d_db.host(), db);
   }
-  { // linear, with and without bias
-    const auto inp = random(NC, -1, 1, 20), w = random(static_cast<std::size_t>(OC) * C, -1, 1, 21);
-    const auto bias = random(OC, -1, 1, 22);
-    const auto dout = random(static_cast<std::size_t>(N) * OC, -1, 1, 23);
-    Dev<float> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout);
-    for (int with_bias = 1; with_bias >= 0; --with_bias) {
-      std::vector<float> out(static_cast<std::size_t>(N) * OC);
-      Dev<float> d_out(out);
-      ho::matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, C,
-                         OC);
-      co::matmul_forward(d_out.p, d_inp.p, d_w.p, with_bias ? d_bias.p : nullptr, N, C, OC);
-      expect_close(with_bias ? "matmul_forward" : "matmul_forward (no bias)", d_out.host(), out);
-    }
-    auto dinp = random(NC, -1, 1, 24), dw = random(static_cast<std::size_t>(OC) * C, -1, 1, 25);
-    auto dbias = random(OC, -1, 1, 26);
-    Dev<float> d_dinp(dinp), d_dw(dw), d_dbias(dbias);
-    ho::matmul_backward_input(dinp.data(), dout.data(), w.data(), N, C, OC);
-    co::matmul_backward_input(d_dinp.p, d_dout.p, d_w.p, N, C, OC);
-    expect_close("matmul_backward_input", d_dinp.host(), dinp);
-    ho::matmul_backward_weight(dw.data(), dbias.data(), dout.data(), inp.data(), N, C, OC);
-    co::matmul_backward_weight(d_dw.p, d_dbias.p, d_dout.p, d_inp.p, N, C, OC);
-    expect_close("matmul_backward_weight dw", d_dw.host(), dw);
-    expect_close("matmul_backward_weight dbias", d_dbias.host(), dbias);
-  }
-  { // attention
-    const std::size_t n_qkv = static_cast<std::size_t>(N) * 3 * C;
-    const std::size_t n_att = static_cast<std::size_t>(B) * NH * T * T;
-    const auto qkv = random(n_qkv, -1, 1, 30), dout = random(NC, -1, 1, 31);
-    std::vector<float> out(NC), att(n_att), scratch(static_cast<std::size_t>(T) * T);
-    Dev<float> d_qkv(qkv), d_dout(dout), d_out(out), d_att(att), d_scratch(scratch);
-    ho::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    co::attention_forward(d_out.p, d_att.p, d_qkv.p, B, T, C, NH);
-    expect_close("attention_forward out", d_out.host(), out);
-    expect_close("attention_forward att", d_att.host(), att);
-    auto dqkv = random(n_qkv, -1, 1, 32);
-    Dev<float> d_dqkv(dqkv);
-    ho::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T,
-                           C, NH);
-    co::attention_backward(d_dqkv.p, d_scratch.p, d_dout.p, d_qkv.p, d_att.p, B, T, C, NH);
-    expect_close("attention_backward", d_dqkv.host(), dqkv);
-  }
+  check_linear("", 1e-4);
+  check_attention("", 1e-4, true);
+  // bf16: bf16 copies of the operands, bf16 probabilities; the tolerance of the bf16 fixture
+  // test, 8 eps with eps = 2^-8 (tests/cuda/parity_main.cpp)
+  co::set_precision("bf16");
+  check_linear(" (bf16)", 8.0 / 256.0);
+  check_attention(" (bf16)", 8.0 / 256.0, false);
+  co::set_precision("fp32");
   { // elementwise
     const std::size_t n = 100003;
     const auto a = random(n, -4, 4, 40), b = random(n, -1, 1, 41);
