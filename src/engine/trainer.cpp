@@ -183,7 +183,7 @@ const Backend& open_backend(const RunConfig& cfg, MPI_Comm world) {
 
 // log.op_profile: each op's calls and time, summed over all ranks, largest first, against the
 // ranks' summed step time.
-void print_op_profile(const Layout& layout, int steps, double steps_s) {
+void print_op_profile(const Layout& layout, int steps, bool after_first, double steps_s) {
   std::vector<OpTime> ops = op_times();
   std::vector<double> sec(ops.size() + 1), calls(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -204,9 +204,10 @@ void print_op_profile(const Layout& layout, int steps, double steps_s) {
   }
   std::sort(order.begin(), order.end(),
             [&](std::size_t a, std::size_t b) { return sec[a] > sec[b]; });
-  std::printf("op profile (log.op_profile; %d step(s), %d rank(s), each op timed between two "
+  std::printf("op profile (log.op_profile; %d step(s)%s, %d rank(s), each op timed between two "
               "synchronizes):\n  %-26s %10s %12s %8s %10s\n",
-              steps, layout.size(), "op", "calls", "total ms", "% ops", "mean us");
+              steps, after_first ? " after the first" : "", layout.size(), "op", "calls",
+              "total ms", "% ops", "mean us");
   for (std::size_t i : order) {
     std::printf("  %-26s %10.0f %12.3f %7.1f%% %10.2f\n", ops[i].name, calls[i], 1e3 * sec[i],
                 all > 0.0 ? 100.0 * sec[i] / all : 0.0, 1e6 * sec[i] / calls[i]);
@@ -532,14 +533,22 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     }
   };
   double time_sum = 0.0;
-  double steps_s = 0.0; // every step of this run, the first included (log.op_profile)
-  reset_op_times();     // from here on: the partition's timing ran ops too
+  // log.op_profile: the steps after this run's first (which also allocates scratch and has cuBLAS
+  // choose its kernels), or the first alone in a one-step run
+  double steps_s = 0.0;
+  int profiled_steps = 0;
+  reset_op_times(); // from here on: the partition's timing ran ops too
   double ema = 0.0;
   GradSyncStats comm_total;           // over this run's steps: max over ranks per step, summed
   std::vector<float> embedding_stage; // GPU backend: the tied-embedding gradient, host side
   for (int step = first_step; step < t.steps; ++step) {
     watchdog.barrier(layout.world(), "the barrier that starts step " + std::to_string(step + 1));
     const double t0 = MPI_Wtime();
+    if (step == first_step + 1) { // the first step's ops are not counted
+      reset_op_times();
+      steps_s = 0.0;
+      profiled_steps = 0;
+    }
     for (auto& c : chunks) c->zero_grads();
     StepTimes times;
     double loss = engine.run(step, sampler, times);
@@ -632,6 +641,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
 
     if (step > first_step) time_sum += dt;
     steps_s += dt;
+    ++profiled_steps;
     ema = step == first_step ? dt : 0.9 * ema + 0.1 * dt;
     StepMetrics sm;
     sm.step = step + 1;
@@ -726,7 +736,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       std::fflush(stdout);
     }
   }
-  if (cfg.log.op_profile && run_steps > 0) print_op_profile(layout, run_steps, steps_s);
+  if (cfg.log.op_profile && profiled_steps > 0)
+    print_op_profile(layout, profiled_steps, result.steps_done - first_step > 1, steps_s);
   const int timed = result.steps_done - first_step - 1;
   result.mean_tokens_per_s = timed > 0 ? tokens_per_step * timed / time_sum : 0.0;
 
