@@ -359,7 +359,9 @@ __global__ void sum_squares_k(double* total, const float* x, std::size_t n) {
   if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(s));
 }
 
-// one block per row: softmax of the logits, and the loss in log-sum-exp form
+// one block per row: softmax of the logits, and the loss in log-sum-exp form. The logits are
+// read twice: once for the maximum and the sum together (each thread keeps a running maximum
+// and rescales its sum when it grows), once to write the probabilities.
 __global__ void crossentropy_forward_k(float* losses, float* probs, const float* logits,
                                        const int32_t* targets, int V) {
   __shared__ float shared[32];
@@ -367,18 +369,20 @@ __global__ void crossentropy_forward_k(float* losses, float* probs, const float*
   const float* z = logits + n * V;
   float* p = probs + n * V;
   const float z_target = z[targets[n]]; // read before p may overwrite z
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, z[i]);
-  mx = block_reduce<true>(mx, shared);
-  float s = 0.0f;
+  float m = -INFINITY, s = 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float e = expf(z[i] - mx);
-    p[i] = e;
-    s += e;
+    const float x = z[i];
+    if (x > m) {
+      s = s * expf(m - x) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
   }
-  s = block_reduce<false>(s, shared);
+  const float mx = block_reduce<true>(m, shared);
+  s = block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - mx), shared);
   const float inv = 1.0f / s;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] *= inv;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(z[i] - mx) * inv;
   if (threadIdx.x == 0) losses[n] = logf(s) + mx - z_target;
 }
 
