@@ -9,16 +9,21 @@
 // scratch) and runs cuBLAS on bf16 inputs with fp32 accumulation and an fp32 result. Attention
 // converts q, k, v (and the incoming gradient) once per call, keeps its probabilities P in bf16
 // inside the att buffer (which then holds B*NH*T*T bf16 values, not floats: only this backend
-// reads it), and feeds bf16 dS to the dq and dk products. On the H100 this ran the products
-// 2x or more faster than cuBLAS's fp32-input bf16 mode (docs/performance.md).
+// reads it), and has cuBLAS write dP in bf16, over which the softmax backward writes dS. A
+// forward product with a bias adds it in cuBLASLt's epilogue (no broadcast pass, no fp32 read
+// of the result) where cuBLASLt offers that, and falls back to the broadcast otherwise.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "cuda/ops_cuda.hpp"
 
@@ -33,6 +38,15 @@ struct Scratch {
   std::size_t bytes = 0;
 };
 
+// A cuBLASLt product with a bias epilogue, planned once per shape and output alignment.
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false; // cuBLASLt offered a kernel, and it ran when first used
+};
+constexpr std::size_t kLtWorkspace = std::size_t{32} << 20;
+
 struct Backend {
   int device = -1;
   cudaStream_t stream = nullptr;
@@ -41,6 +55,11 @@ struct Backend {
   Scratch op_a, op_b;          // bf16 copies of a matrix product's two operands
   Scratch qkv16, dout16, ds16; // attention in bf16: its inputs and dS of one sequence
   double* sum = nullptr;       // sum_squares' result
+  cublasLtHandle_t lt = nullptr;
+  void* lt_workspace = nullptr;
+  Scratch lt_bias;                                           // the bias, copied to an aligned place
+  std::map<std::tuple<int, int, int, int>, LtPlan> lt_plans; // (N, C, OC, output alignment)
+  long lt_products = 0; // forward products whose bias cuBLASLt's epilogue added
   // matrix products: fp32 inputs and outputs; tensor cores with TF32-rounded inputs when asked
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   bool bf16 = false; // precision "bf16": operands converted to bf16 (see the top of this file)
@@ -136,6 +155,16 @@ __device__ void store(bf16* p, float x) {
 }
 
 // ---- kernels --------------------------------------------------------------------------------
+
+// out = bf16 of in, n4 groups of 4 (dense, 16-byte aligned input)
+__global__ void to_bf16_vec_k(__nv_bfloat162* out, const float4* in, std::size_t n4) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float4 v = in[i];
+    out[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+    out[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+  }
+}
 
 // out (rows x cols, dense) = bf16 of in (rows x cols, rows ld floats apart)
 __global__ void to_bf16_k(bf16* out, const float* in, std::size_t rows, int cols, int ld) {
@@ -302,21 +331,19 @@ template <class E> __global__ void causal_softmax_k(E* att, int T) {
   }
 }
 
-// dS = P * (dP - sum_j P dP), row by row (causal: zero above the diagonal). ds may be dp (fp32,
-// in place): each thread reads its own dp[j] before it writes ds[j].
-template <class E>
-__global__ void causal_softmax_backward_k(E* ds, const float* dp, const E* att, int T) {
+// dS = P * (dP - sum_j P dP) in place over dP, row by row (causal: zero above the diagonal).
+// E: float, or bf16 (dP and P rounded to bf16, the arithmetic in float).
+template <class E> __global__ void causal_softmax_backward_k(E* ds, const E* att, int T) {
   __shared__ float shared[32];
   const std::size_t row = blockIdx.x;
   const int i = static_cast<int>(row % T);
   const E* p = att + row * T;
-  const float* d = dp + row * T;
-  E* o = ds + row * T;
+  E* d = ds + row * T;
   float dot = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += load(p[j]) * d[j];
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += load(p[j]) * load(d[j]);
   dot = block_reduce<false>(dot, shared);
   for (int j = threadIdx.x; j < T; j += blockDim.x) {
-    store(o + j, j <= i ? load(p[j]) * (d[j] - dot) : 0.0f);
+    store(d + j, j <= i ? load(p[j]) * (load(d[j]) - dot) : 0.0f);
   }
 }
 
@@ -485,7 +512,12 @@ const bf16* as_bf16(Scratch& s, const float* x, std::size_t rows, int cols, int 
                     const char* what) {
   const std::size_t n = rows * static_cast<std::size_t>(cols);
   bf16* out = grown<bf16>(s, n, what);
-  to_bf16_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, x, rows, cols, ld);
+  if (ld == cols && n % 4 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0) {
+    to_bf16_vec_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
+        reinterpret_cast<__nv_bfloat162*>(out), reinterpret_cast<const float4*>(x), n / 4);
+  } else {
+    to_bf16_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, x, rows, cols, ld);
+  }
   launched(what);
   return out;
 }
@@ -515,6 +547,94 @@ void gemm_heads(bool ta, bool tb, int M, int N, int K, float alpha, const void* 
              count, g.bf16 ? CUBLAS_COMPUTE_32F : g.compute, what);
 }
 
+// The largest power of two (up to 256) that divides the address.
+int alignment(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  int k = 1;
+  while (k < 256 && a % (2 * k) == 0) k *= 2;
+  return k;
+}
+
+void destroy_plan(LtPlan& p) {
+  if (p.op != nullptr) cublasLtMatmulDescDestroy(p.op);
+  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d}) {
+    if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+  }
+  p = LtPlan{};
+}
+
+// Column-major D (OC x N, fp32) = A^T (A stored C x OC: w, row-major OC x C) times B (stored
+// C x N: inp, row-major N x C) plus the bias per row of D (per output column of out).
+bool make_plan(LtPlan& p, int N, int C, int OC, int align) {
+  const auto ok = [](cublasStatus_t st) { return st == CUBLAS_STATUS_SUCCESS; };
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (!ok(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
+      !ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)) ||
+      !ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb)) ||
+      !ok(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                         sizeof epilogue)) ||
+      !ok(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, static_cast<std::uint64_t>(C),
+                                     static_cast<std::uint64_t>(OC), C)) ||
+      !ok(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, static_cast<std::uint64_t>(C),
+                                     static_cast<std::uint64_t>(N), C)) ||
+      !ok(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, static_cast<std::uint64_t>(OC),
+                                     static_cast<std::uint64_t>(N), OC))) {
+    return false;
+  }
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (!ok(cublasLtMatmulPreferenceCreate(&pref))) return false;
+  const std::uint64_t ws = kLtWorkspace;
+  const std::uint32_t al = static_cast<std::uint32_t>(align);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const bool asked =
+      ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                              sizeof ws)) &&
+      ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
+                                              sizeof al)) &&
+      ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
+                                              sizeof al)) &&
+      ok(cublasLtMatmulAlgoGetHeuristic(g.lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (!asked || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) return false;
+  p.algo = result.algo;
+  return true;
+}
+
+// out (N x OC) = inp (N x C, bf16) @ w (OC x C, bf16)^T + bias in one cuBLASLt call, the bias
+// added in the epilogue. False where cuBLASLt has no kernel for it: the caller then does it the
+// plain way.
+bool lt_bias_product(float* out, const bf16* inp, const bf16* w, const float* bias, int N, int C,
+                     int OC) {
+  const int align = alignment(out);
+  if (align < 16) return false;
+  const auto key = std::make_tuple(N, C, OC, align);
+  auto it = g.lt_plans.find(key);
+  if (it == g.lt_plans.end()) {
+    LtPlan plan;
+    if (!make_plan(plan, N, C, OC, align)) destroy_plan(plan);
+    it = g.lt_plans.emplace(key, plan).first;
+    it->second.ok = it->second.op != nullptr;
+  }
+  LtPlan& plan = it->second;
+  if (!plan.ok) return false;
+  float* b = grown<float>(g.lt_bias, static_cast<std::size_t>(OC), "matmul_forward bias");
+  check(cudaMemcpyAsync(b, bias, sizeof(float) * static_cast<std::size_t>(OC),
+                        cudaMemcpyDeviceToDevice, g.stream),
+        "matmul_forward bias");
+  const float alpha = 1.0f, beta = 0.0f;
+  if (cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmul(g.lt, plan.op, &alpha, w, plan.a, inp, plan.b, &beta, out, plan.d, out, plan.d,
+                     &plan.algo, g.lt_workspace, kLtWorkspace, g.stream) != CUBLAS_STATUS_SUCCESS) {
+    plan.ok = false; // not again for this shape; nothing was written
+    return false;
+  }
+  ++g.lt_products;
+  return true;
+}
+
 unsigned warp_rows_blocks(int N) {
   return static_cast<unsigned>(std::max(1, (N + kThreads / 32 - 1) / (kThreads / 32)));
 }
@@ -537,12 +657,19 @@ void init(int device) {
   check(cublasSetStream(g.blas, g.stream), "cublasSetStream");
   check(cublasSetMathMode(g.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   check(cudaMalloc(&g.sum, sizeof(double)), "cudaMalloc");
+  check(cublasLtCreate(&g.lt), "cublasLtCreate");
+  check(cudaMalloc(&g.lt_workspace, kLtWorkspace), "cudaMalloc");
 }
 
 void finalize() {
   if (g.stream == nullptr) return;
   cudaStreamSynchronize(g.stream);
-  for (Scratch* x : {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16}) free_scratch(*x);
+  for (Scratch* x : {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias}) {
+    free_scratch(*x);
+  }
+  for (auto& [key, plan] : g.lt_plans) destroy_plan(plan);
+  cudaFree(g.lt_workspace);
+  cublasLtDestroy(g.lt);
   cudaFree(g.sum);
   cublasDestroy(g.blas);
   cudaStreamDestroy(g.stream);
@@ -612,6 +739,10 @@ double measure_gemm_flops(double seconds) {
 
 void* stream() {
   return g.stream;
+}
+
+long bias_epilogue_products() {
+  return g.lt_products;
 }
 
 const char* blas_name() {
@@ -706,6 +837,12 @@ void matmul_forward(float* out, const float* inp, const float* w, const float* b
                     int OC) {
   ready();
   if (N == 0 || OC == 0) return;
+  if (g.bf16 && bias != nullptr) {
+    const bf16* a = as_bf16(g.op_a, inp, static_cast<std::size_t>(N), C, C, "matmul_forward");
+    const bf16* b = as_bf16(g.op_b, w, static_cast<std::size_t>(OC), C, C, "matmul_forward");
+    if (lt_bias_product(out, a, b, bias, N, C, OC)) return;
+    // no cuBLASLt kernel: the bias broadcast, then the product over it (converting again)
+  }
   float beta = 0.0f;
   if (bias != nullptr) {
     const std::size_t n = static_cast<std::size_t>(N) * OC;
@@ -777,9 +914,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const long long TT = static_cast<long long>(T) * T;
   const std::size_t es = g.bf16 ? sizeof(bf16) : sizeof(float);
-  float* dp = grown<float>(g.dp, static_cast<std::size_t>(NH) * TT, "attention_backward scratch");
-  // dS: in place over dP (fp32), or a bf16 copy for the dq and dk products
-  void* ds = dp;
+  // dP, then dS in place over it: fp32, or bf16 (as cuBLAS writes it at precision bf16)
+  void* ds = nullptr;
   const char* in = reinterpret_cast<const char*>(qkv);
   const char* dy = reinterpret_cast<const char*>(dout);
   if (g.bf16) {
@@ -788,7 +924,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_backward"));
     dy = reinterpret_cast<const char*>(
         as_bf16(g.dout16, dout, static_cast<std::size_t>(B) * T, C, C, "attention_backward"));
+  } else {
+    ds = grown<float>(g.dp, static_cast<std::size_t>(NH) * TT, "attention_backward scratch");
   }
+  const cudaDataType_t dstype = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   for (int b = 0; b < B; ++b) {
     const std::size_t off = static_cast<std::size_t>(b) * T * C3;
     const char* q = in + es * off;
@@ -800,16 +939,16 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     const char* p = reinterpret_cast<const char*>(att) + es * static_cast<std::size_t>(b) * NH * TT;
     const char* d = dy + es * static_cast<std::size_t>(b) * T * C;
     // dP = dout_h @ v^T ; dv += P^T @ dout_h
-    gemm_heads(false, true, T, T, HS, 1.0f, d, C, HS, v, C3, HS, 0.0f, dp, CUDA_R_32F, T, TT, NH,
+    gemm_heads(false, true, T, T, HS, 1.0f, d, C, HS, v, C3, HS, 0.0f, ds, dstype, T, TT, NH,
                "attention dP");
     gemm_heads(true, false, T, HS, T, 1.0f, p, T, TT, d, C, HS, 1.0f, dv, CUDA_R_32F, C3, HS, NH,
                "attention dv");
     if (g.bf16) {
       causal_softmax_backward_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
-          static_cast<bf16*>(ds), dp, reinterpret_cast<const bf16*>(p), T);
+          static_cast<bf16*>(ds), reinterpret_cast<const bf16*>(p), T);
     } else {
       causal_softmax_backward_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
-          dp, dp, reinterpret_cast<const float*>(p), T);
+          static_cast<float*>(ds), reinterpret_cast<const float*>(p), T);
     }
     launched("attention softmax backward");
     // dq += scale dS @ k ; dk += scale dS^T @ q

@@ -39,6 +39,9 @@ double measure_gemm_flops(double seconds);
 // The cudaStream_t every call uses (as void*, so that callers need no CUDA headers).
 void* stream();
 const char* blas_name(); // "cublas"
+// How many forward products so far added their bias in cuBLASLt's epilogue (precision bf16; the
+// others broadcast it first). For tests and diagnostics.
+long bias_epilogue_products();
 
 // ---- the ops of kernels/ops.hpp on device memory ---------------------------------------------
 using pt::ops::AdamWStep;

@@ -179,7 +179,12 @@ void run() {
   // bf16: bf16 copies of the operands, bf16 probabilities; the tolerance of the bf16 fixture
   // test, 8 eps with eps = 2^-8 (tests/cuda/parity_main.cpp)
   co::set_precision("bf16");
+  const long epilogue_before = co::bias_epilogue_products();
   check_linear(" (bf16)", 8.0 / 256.0);
+  std::printf("info matmul_forward (bf16) added its bias %s\n",
+              co::bias_epilogue_products() > epilogue_before
+                  ? "in cuBLASLt's epilogue"
+                  : "by a broadcast (no cuBLASLt kernel)");
   check_attention(" (bf16)", 8.0 / 256.0, false);
   co::set_precision("fp32");
   { // elementwise
