@@ -546,18 +546,28 @@ WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger, 
 
 namespace {
 
-// Calls per challenge: 16, or more for a challenger measured well behind the pick (at most
-// 256), so that trying it costs about 2% of the pick's time or less.
+// The watch's period for its next window's challenger.
 std::size_t challenge_period(const TuneResult& w, const AllreduceAlgo* challenger) {
   double pick = 0.0, other = 0.0;
   for (const auto& [algo, sec] : w.seconds) {
     if (algo == w.pick) pick = sec;
     if (challenger != nullptr && algo == *challenger) other = sec;
   }
-  return try_period(pick, other, 1.0, 256);
+  return watch_period(pick, other);
 }
 
 } // namespace
+
+std::size_t watch_period(double pick_s, double challenger_s) {
+  constexpr double kWindowFloor = 100e-6; // seconds of the pick's calls per window, at least
+  constexpr std::size_t kMax = 256;
+  auto period = static_cast<std::size_t>(try_period(pick_s, challenger_s, 1.0, kMax));
+  while (period < kMax && pick_s > 0.0 &&
+         4.0 * static_cast<double>(period) * pick_s < kWindowFloor) {
+    period *= 2;
+  }
+  return period;
+}
 
 // auto after its measurement (TuneResult): the pick, challenged on the last of every period
 // calls; the three calls before each challenge time the pick. After four challenges

@@ -131,6 +131,12 @@ void settle_window(TuneResult& w, WatchVerdict v, AllreduceAlgo* slot, double pi
                    double other_s);
 // The challenger of the watch's next window (its place in others or dropped), or none.
 AllreduceAlgo* watch_challenger(TuneResult& w);
+// Calls per challenge for the pick's and the challenger's measured times (challenger 0: none):
+// 16, doubled (up to 256) while trying the challenger would cost more than 2% of the pick's
+// time, or while a window (4 periods) would last less than 100 us of the pick's calls, so that
+// the watch's own work on sub-microsecond messages (four timed calls per period and one
+// all-reduce of two numbers per window) stays near 1%.
+std::size_t watch_period(double pick_s, double challenger_s);
 
 // In-place sums over one communicator. Keeps what repeated calls need: scratch memory, the
 // sub-communicators of the two-level algorithms and the shared-memory window, so a training

@@ -183,6 +183,19 @@ TEST(AutoWatch, VerdictFollowsTheTimes) {
   EXPECT_DOUBLE_EQ(pt::mean_of_fastest({4.0, 1.0, 2.0, 3.0, 100.0}, 5), 2.5);
 }
 
+// The watch's period: 16 calls; longer for a challenger far behind (its try costs at most 2%)
+// and for sub-microsecond picks (a window lasts at least 100 us, so the watch's own clock reads
+// and its all-reduce per window stay near 1%); 256 at most.
+TEST(AutoWatch, PeriodBoundsTheWatchsCost) {
+  EXPECT_EQ(pt::watch_period(10e-6, 11e-6), 16u);
+  EXPECT_EQ(pt::watch_period(10e-6, 0.0), 16u);       // no challenger
+  EXPECT_EQ(pt::watch_period(10e-6, 30e-6), 128u);    // 20 us extra per try: 2% of 128 calls
+  EXPECT_EQ(pt::watch_period(0.56e-6, 0.64e-6), 64u); // 8 bytes on the H100 host
+  EXPECT_EQ(pt::watch_period(1.6e-6, 1.9e-6), 16u);
+  EXPECT_EQ(pt::watch_period(0.1e-6, 0.1e-6), 256u);
+  EXPECT_EQ(pt::watch_period(1e-3, 100.0), 256u);
+}
+
 // After a switch the old pick challenges at once: a dropped candidate that won one window on
 // noise is out again one window later, and a switch confirmed by the recheck stays.
 TEST(AutoWatch, SwitchIsRecheckedNextWindow) {
