@@ -6,7 +6,7 @@
 // checkpoints, the sampler) once synchronize() has returned. On the host that holds at all
 // times; the CUDA backend allocates managed memory (cudaMallocManaged), which the driver moves
 // between the GPU and the host on use, and queues its ops on one stream, so synchronize() waits
-// for them. Calls that return a number (sum_squares) wait by themselves.
+// for them. Calls that return numbers (sum_squares, sum_squares_each) wait by themselves.
 //
 // Default arguments do not travel through function pointers: callers pass every argument.
 #pragma once
@@ -24,6 +24,7 @@
   X(matmul_forward) X(matmul_backward_input) X(matmul_backward_weight)                        \
   X(attention_forward) X(attention_backward)                                                  \
   X(gelu_forward) X(gelu_backward) X(add) X(accumulate) X(zero) X(scale) X(sum_squares)       \
+  X(sum_squares_each)                                                                         \
   X(crossentropy_forward) X(crossentropy_backward)                                            \
   X(row_max) X(gather_target) X(softmax_exp) X(crossentropy_finish)                           \
   X(adamw_update)

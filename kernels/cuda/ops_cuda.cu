@@ -55,6 +55,7 @@ struct Backend {
   Scratch op_a, op_b;          // bf16 copies of a matrix product's two operands
   Scratch qkv16, dout16, ds16; // attention in bf16: its inputs and dS of one sequence
   double* sum = nullptr;       // sum_squares' result
+  Scratch sums;                // sum_squares_each's results
   cublasLtHandle_t lt = nullptr;
   void* lt_workspace = nullptr;
   Scratch lt_bias;                                           // the bias, copied to an aligned place
@@ -664,7 +665,7 @@ void init(int device) {
 void finalize() {
   if (g.stream == nullptr) return;
   cudaStreamSynchronize(g.stream);
-  for (Scratch* x : {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias}) {
+  for (Scratch* x : {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias, &g.sums}) {
     free_scratch(*x);
   }
   for (auto& [key, plan] : g.lt_plans) destroy_plan(plan);
@@ -1002,6 +1003,21 @@ double sum_squares(const float* x, std::size_t n) {
   double total = 0.0;
   to_host(&total, g.sum, sizeof total);
   return total;
+}
+
+void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
+                      const std::size_t* sizes, int count) {
+  ready();
+  if (count <= 0) return;
+  const auto n = static_cast<std::size_t>(count);
+  double* d = grown<double>(g.sums, n, "sum_squares_each");
+  check(cudaMemsetAsync(d, 0, n * sizeof(double), g.stream), "sum_squares_each");
+  for (std::size_t i = 0; i < n; ++i) {
+    sum_squares_k<<<std::min(blocks_for(sizes[i]), 1024u), kThreads, 0, g.stream>>>(
+        d + i, x + offsets[i], sizes[i]);
+  }
+  launched("sum_squares_each");
+  to_host(out, d, n * sizeof(double)); // the one wait
 }
 
 void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,

@@ -1,7 +1,7 @@
 // The CUDA backend of kernels/ops.hpp: the same functions, with the same shapes and the same
 // "accumulates unless it says writes" rule, on device pointers. Every call is queued on one
-// stream of the device chosen by init() and returns without waiting, except sum_squares (it
-// returns a number) and synchronize(). Matrix products go through cuBLAS in fp32, TF32 or bf16
+// stream of the device chosen by init() and returns without waiting, except sum_squares and
+// sum_squares_each (they return numbers) and synchronize(). Matrix products go through cuBLAS in fp32, TF32 or bf16
 // (set_precision). Errors throw std::runtime_error naming the call.
 //
 // Differences from the host backend, all within the parity tolerances (docs/cuda.md):

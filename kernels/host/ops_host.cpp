@@ -349,6 +349,11 @@ double sum_squares(const float* x, std::size_t n) {
   return total;
 }
 
+void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
+                      const std::size_t* sizes, int count) {
+  for (int i = 0; i < count; ++i) out[i] = sum_squares(x + offsets[i], sizes[i]);
+}
+
 // ---- loss -----------------------------------------------------------------------------------
 
 void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,

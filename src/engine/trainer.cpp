@@ -576,16 +576,23 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     watchdog.bcast(&loss, 1, MPI_DOUBLE, p - 1, layout.pp_comm(), "the loss broadcast");
     loss /= static_cast<double>(micro) * layout.dp();
 
-    // global gradient norm: each tensor once, summed in model order
+    // global gradient norm: each tensor once, summed in model order; one backend call (one
+    // wait on a GPU) per chunk
     std::fill(sq.begin(), sq.end(), 0.0);
     for (auto& c : chunks) {
+      std::vector<std::size_t> index, offset, size;
       for (const auto& tensor : c->layout().tensors()) {
         // shards on every tp rank, replicated tensors on tp rank 0: each element once
         if (c->counts_in_norm(tensor)) {
-          sq[tensor_index.at(tensor.name)] =
-              be.sum_squares(c->grads() + tensor.offset, tensor.size);
+          index.push_back(tensor_index.at(tensor.name));
+          offset.push_back(tensor.offset);
+          size.push_back(tensor.size);
         }
       }
+      std::vector<double> part(index.size());
+      be.sum_squares_each(part.data(), c->grads(), offset.data(), size.data(),
+                          static_cast<int>(index.size()));
+      for (std::size_t i = 0; i < index.size(); ++i) sq[index[i]] = part[i];
     }
     if (layout.tp() > 1) {
       watchdog.allreduce_sum(sq.data(), static_cast<int>(sq.size()), MPI_DOUBLE, layout.tp_comm(),
