@@ -857,7 +857,7 @@ void matmul_forward(float* out, const float* inp, const float* w, const float* b
 void matmul_backward_input(float* dinp, const float* dout, const float* w, int N, int C, int OC) {
   ready();
   if (N == 0 || C == 0) return;
-  gemm_rm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C, "matmul_backward_input");
+  gemm_rm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C, "matmul_backward_input");
 }
 
 void matmul_backward_weight(float* dw, float* dbias, const float* dout, const float* inp, int N,

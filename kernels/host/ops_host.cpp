@@ -203,7 +203,7 @@ void matmul_forward(float* out, const float* inp, const float* w, const float* b
 }
 
 void matmul_backward_input(float* dinp, const float* dout, const float* w, int N, int C, int OC) {
-  gemm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
+  gemm(false, false, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
 }
 
 void matmul_backward_weight(float* dw, float* dbias, const float* dout, const float* inp, int N,

@@ -294,22 +294,18 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   s.dout = dout;
   // MLP branch (row-parallel proj: its input gradient needs no communication)
-  be_.zero(d_fch_gelu_.data(), d_fch_gelu_.size());
   be_.matmul_backward_input(d_fch_gelu_.data(), dout, w.fcp_w, N, F, C);
   be_.gelu_backward(s.d_fch.data(), a.fch.data(), d_fch_gelu_.data(), d_fch_gelu_.size());
-  be_.zero(s.d_ln2.data(), NC);
   be_.matmul_backward_input(s.d_ln2.data(), s.d_fch.data(), w.fc_w, N, C, F);
   tp_sum(s.d_ln2.data(), NC);             // column-parallel fc: sum the input gradient's shares
   copy_floats(s.d_res2.data(), dout, NC); // residual path
   be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
                                a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
   // attention branch
-  be_.zero(d_atty_.data(), d_atty_.size());
   be_.matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, Ct, C);
   be_.zero(s.d_qkv.data(), s.d_qkv.size());
   be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(),
                          a.att.data(), B_, T_, Ct, NH_);
-  be_.zero(s.d_ln1.data(), NC);
   be_.matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
   tp_sum(s.d_ln1.data(), NC);                    // column-parallel qkv
   copy_floats(s.dx.data(), s.d_res2.data(), NC); // residual path
@@ -337,7 +333,6 @@ void GptStage::head_backward_input(StageActivations& a, float loss_scale, float*
   // probs become d logits in place
   be_.crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
                             v0_);
-  be_.zero(d_lnf, NC);
   be_.matmul_backward_input(d_lnf, a.probs.data(), e.lm_head, N_, C_, V_);
   tp_sum(d_lnf, NC); // vocabulary-parallel head: sum the shares
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
