@@ -939,10 +939,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     float* dv = dq + 2 * C;
     const char* p = reinterpret_cast<const char*>(att) + es * static_cast<std::size_t>(b) * NH * TT;
     const char* d = dy + es * static_cast<std::size_t>(b) * T * C;
-    // dP = dout_h @ v^T ; dv += P^T @ dout_h
+    // dP = dout_h @ v^T ; dv = P^T @ dout_h
     gemm_heads(false, true, T, T, HS, 1.0f, d, C, HS, v, C3, HS, 0.0f, ds, dstype, T, TT, NH,
                "attention dP");
-    gemm_heads(true, false, T, HS, T, 1.0f, p, T, TT, d, C, HS, 1.0f, dv, CUDA_R_32F, C3, HS, NH,
+    gemm_heads(true, false, T, HS, T, 1.0f, p, T, TT, d, C, HS, 0.0f, dv, CUDA_R_32F, C3, HS, NH,
                "attention dv");
     if (g.bf16) {
       causal_softmax_backward_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
@@ -952,10 +952,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
           static_cast<float*>(ds), reinterpret_cast<const float*>(p), T);
     }
     launched("attention softmax backward");
-    // dq += scale dS @ k ; dk += scale dS^T @ q
-    gemm_heads(false, false, T, HS, T, scale, ds, T, TT, k, C3, HS, 1.0f, dq, CUDA_R_32F, C3, HS,
+    // dq = scale dS @ k ; dk = scale dS^T @ q
+    gemm_heads(false, false, T, HS, T, scale, ds, T, TT, k, C3, HS, 0.0f, dq, CUDA_R_32F, C3, HS,
                NH, "attention dq");
-    gemm_heads(true, false, T, HS, T, scale, ds, T, TT, q, C3, HS, 1.0f, dk, CUDA_R_32F, C3, HS, NH,
+    gemm_heads(true, false, T, HS, T, scale, ds, T, TT, q, C3, HS, 0.0f, dk, CUDA_R_32F, C3, HS, NH,
                "attention dk");
   }
 }

@@ -270,9 +270,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       float* dv = dq + 2 * C;
       const float* p = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
       const float* dout_h = dout + static_cast<std::size_t>(b) * T * C + h * HS;
-      // dP (T,T) = dout_h (T,HS) @ v^T ;  dv += P^T @ dout_h
+      // dP (T,T) = dout_h (T,HS) @ v^T ;  dv = P^T @ dout_h
       gemm(false, true, T, T, HS, 1.0f, dout_h, C, v, C3, 0.0f, ds, T);
-      gemm(true, false, T, HS, T, 1.0f, p, T, dout_h, C, 1.0f, dv, C3);
+      gemm(true, false, T, HS, T, 1.0f, p, T, dout_h, C, 0.0f, dv, C3);
       // softmax backward, row by row: dS = P * (dP - sum_j P dP)
       par_for("attention_softmax_backward", T, [=](std::size_t i) {
         const float* prow = p + i * T;
@@ -282,9 +282,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         for (std::size_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - dot);
         for (std::size_t j = i + 1; j < static_cast<std::size_t>(T); ++j) drow[j] = 0.0f;
       });
-      // scores = scale * q k^T  =>  dq += scale dS @ k ; dk += scale dS^T @ q
-      gemm(false, false, T, HS, T, scale, ds, T, k, C3, 1.0f, dq, C3);
-      gemm(true, false, T, HS, T, scale, ds, T, q, C3, 1.0f, dk, C3);
+      // scores = scale * q k^T  =>  dq = scale dS @ k ; dk = scale dS^T @ q
+      gemm(false, false, T, HS, T, scale, ds, T, k, C3, 0.0f, dq, C3);
+      gemm(true, false, T, HS, T, scale, ds, T, q, C3, 0.0f, dk, C3);
     }
   }
 }

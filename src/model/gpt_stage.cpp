@@ -303,7 +303,6 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
                                a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
   // attention branch
   be_.matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, Ct, C);
-  be_.zero(s.d_qkv.data(), s.d_qkv.size());
   be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(),
                          a.att.data(), B_, T_, Ct, NH_);
   be_.matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
