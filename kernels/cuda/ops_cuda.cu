@@ -51,7 +51,7 @@ struct Backend {
   int device = -1;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
-  Scratch dp;                  // attention_backward: dP of one sequence, NH*T*T floats
+  Scratch dp;                  // attention_backward at fp32: dP of one sequence, NH*T*T
   Scratch op_a, op_b;          // bf16 copies of a matrix product's two operands
   Scratch qkv16, dout16, ds16; // attention in bf16: its inputs and dS of one sequence
   double* sum = nullptr;       // sum_squares' result

@@ -1,14 +1,14 @@
 // The CUDA backend of kernels/ops.hpp: the same functions, with the same shapes and the same
 // "accumulates unless it says writes" rule, on device pointers. Every call is queued on one
 // stream of the device chosen by init() and returns without waiting, except sum_squares and
-// sum_squares_each (they return numbers) and synchronize(). Matrix products go through cuBLAS in fp32, TF32 or bf16
-// (set_precision). Errors throw std::runtime_error naming the call.
+// sum_squares_each (they return numbers) and synchronize(). Matrix products go through cuBLAS in
+// fp32, TF32 or bf16 (set_precision). Errors throw std::runtime_error naming the call.
 //
 // Differences from the host backend, all within the parity tolerances (docs/cuda.md):
 // - sums of many terms (column sums, gradient scatters) run in parallel with atomics, so their
 //   order, and the last bits, change from run to run;
 // - attention_backward ignores its scratch argument and uses device scratch of its own (it
-//   works on all heads of a sequence at once: NH*T*T floats);
+//   works on all heads of a sequence at once: NH*T*T values, fp32 or bf16);
 // - exp, log and tanh are CUDA's single-precision functions, not the host's fast_math ones.
 #pragma once
 
