@@ -54,7 +54,6 @@ struct Backend {
   Scratch dp;                  // attention_backward at fp32: dP of one sequence, NH*T*T
   Scratch op_a, op_b;          // bf16 copies of a matrix product's two operands
   Scratch qkv16, dout16, ds16; // attention in bf16: its inputs and dS of one sequence
-  double* sum = nullptr;       // sum_squares' result
   Scratch sums;                // sum_squares_each's results
   cublasLtHandle_t lt = nullptr;
   void* lt_workspace = nullptr;
@@ -481,7 +480,7 @@ __global__ void adamw_k(float* param, float* m, float* v, const float* grad, std
   }
 }
 
-// A row-major matrix's storage: `rows` rows of `cols` values, `ld` values apart.
+// A row-major matrix operand: its data, its element type, and the distance between its rows.
 struct Operand {
   const void* p;
   cudaDataType_t type;
@@ -657,7 +656,6 @@ void init(int device) {
   check(cublasCreate(&g.blas), "cublasCreate");
   check(cublasSetStream(g.blas, g.stream), "cublasSetStream");
   check(cublasSetMathMode(g.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  check(cudaMalloc(&g.sum, sizeof(double)), "cudaMalloc");
   check(cublasLtCreate(&g.lt), "cublasLtCreate");
   check(cudaMalloc(&g.lt_workspace, kLtWorkspace), "cudaMalloc");
 }
@@ -671,7 +669,6 @@ void finalize() {
   for (auto& [key, plan] : g.lt_plans) destroy_plan(plan);
   cudaFree(g.lt_workspace);
   cublasLtDestroy(g.lt);
-  cudaFree(g.sum);
   cublasDestroy(g.blas);
   cudaStreamDestroy(g.stream);
   g = Backend{};
@@ -995,16 +992,6 @@ void scale(float* x, float s, std::size_t n) {
   launched("scale");
 }
 
-double sum_squares(const float* x, std::size_t n) {
-  ready();
-  check(cudaMemsetAsync(g.sum, 0, sizeof(double), g.stream), "sum_squares");
-  sum_squares_k<<<std::min(blocks_for(n), 1024u), kThreads, 0, g.stream>>>(g.sum, x, n);
-  launched("sum_squares");
-  double total = 0.0;
-  to_host(&total, g.sum, sizeof total);
-  return total;
-}
-
 void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
                       const std::size_t* sizes, int count) {
   ready();
@@ -1018,6 +1005,13 @@ void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
   }
   launched("sum_squares_each");
   to_host(out, d, n * sizeof(double)); // the one wait
+}
+
+double sum_squares(const float* x, std::size_t n) {
+  const std::size_t offset = 0;
+  double total = 0.0;
+  sum_squares_each(&total, x, &offset, &n, 1);
+  return total;
 }
 
 void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,

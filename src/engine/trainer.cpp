@@ -471,6 +471,23 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     tensor_index[whole.tensors()[i].name] = i;
   }
   std::vector<double> sq(whole.tensors().size());
+  // per chunk, the tensors its gradient norm counts (shards on every tp rank, replicated tensors
+  // on tp rank 0: each element once): their model index, offset and size, fixed for the run
+  struct NormTensors {
+    std::vector<std::size_t> index, offset, size;
+    std::vector<double> sums;
+  };
+  std::vector<NormTensors> norm_tensors(chunks.size());
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    NormTensors& nt = norm_tensors[k];
+    for (const auto& tensor : chunks[k]->layout().tensors()) {
+      if (!chunks[k]->counts_in_norm(tensor)) continue;
+      nt.index.push_back(tensor_index.at(tensor.name));
+      nt.offset.push_back(tensor.offset);
+      nt.size.push_back(tensor.size);
+    }
+    nt.sums.resize(nt.index.size());
+  }
 
   const Sampler sampler(*data, m.seq_len, t.seed);
   // test switch: prove replicated gradients are bitwise equal on every tp rank, every step
@@ -532,23 +549,18 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       std::fflush(stdout);
     }
   };
-  double time_sum = 0.0;
-  // log.op_profile: the steps after this run's first (which also allocates scratch and has cuBLAS
-  // choose its kernels), or the first alone in a one-step run
-  double steps_s = 0.0;
-  int profiled_steps = 0;
-  reset_op_times(); // from here on: the partition's timing ran ops too
+  double time_sum = 0.0; // the steps after this run's first
+  double first_dt = 0.0; // this run's first step
+  reset_op_times();      // from here on: the partition's timing ran ops too
   double ema = 0.0;
   GradSyncStats comm_total;           // over this run's steps: max over ranks per step, summed
   std::vector<float> embedding_stage; // GPU backend: the tied-embedding gradient, host side
   for (int step = first_step; step < t.steps; ++step) {
     watchdog.barrier(layout.world(), "the barrier that starts step " + std::to_string(step + 1));
     const double t0 = MPI_Wtime();
-    if (step == first_step + 1) { // the first step's ops are not counted
-      reset_op_times();
-      steps_s = 0.0;
-      profiled_steps = 0;
-    }
+    // log.op_profile counts the steps after the first (which also allocates scratch and has
+    // cuBLAS choose its kernels), or the first alone in a one-step run
+    if (step == first_step + 1) reset_op_times();
     for (auto& c : chunks) c->zero_grads();
     StepTimes times;
     double loss = engine.run(step, sampler, times);
@@ -579,20 +591,11 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     // global gradient norm: each tensor once, summed in model order; one backend call (one
     // wait on a GPU) per chunk
     std::fill(sq.begin(), sq.end(), 0.0);
-    for (auto& c : chunks) {
-      std::vector<std::size_t> index, offset, size;
-      for (const auto& tensor : c->layout().tensors()) {
-        // shards on every tp rank, replicated tensors on tp rank 0: each element once
-        if (c->counts_in_norm(tensor)) {
-          index.push_back(tensor_index.at(tensor.name));
-          offset.push_back(tensor.offset);
-          size.push_back(tensor.size);
-        }
-      }
-      std::vector<double> part(index.size());
-      be.sum_squares_each(part.data(), c->grads(), offset.data(), size.data(),
-                          static_cast<int>(index.size()));
-      for (std::size_t i = 0; i < index.size(); ++i) sq[index[i]] = part[i];
+    for (std::size_t k = 0; k < chunks.size(); ++k) {
+      NormTensors& nt = norm_tensors[k];
+      be.sum_squares_each(nt.sums.data(), chunks[k]->grads(), nt.offset.data(), nt.size.data(),
+                          static_cast<int>(nt.index.size()));
+      for (std::size_t i = 0; i < nt.index.size(); ++i) sq[nt.index[i]] = nt.sums[i];
     }
     if (layout.tp() > 1) {
       watchdog.allreduce_sum(sq.data(), static_cast<int>(sq.size()), MPI_DOUBLE, layout.tp_comm(),
@@ -646,9 +649,11 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       predicted = schedule::simulate(plan.schedule, costs).mean_bubble;
     }
 
-    if (step > first_step) time_sum += dt;
-    steps_s += dt;
-    ++profiled_steps;
+    if (step > first_step) {
+      time_sum += dt;
+    } else {
+      first_dt = dt;
+    }
     ema = step == first_step ? dt : 0.9 * ema + 0.1 * dt;
     StepMetrics sm;
     sm.step = step + 1;
@@ -743,9 +748,10 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       std::fflush(stdout);
     }
   }
-  if (cfg.log.op_profile && profiled_steps > 0)
-    print_op_profile(layout, profiled_steps, result.steps_done - first_step > 1, steps_s);
   const int timed = result.steps_done - first_step - 1;
+  if (cfg.log.op_profile && timed >= 0) {
+    print_op_profile(layout, timed > 0 ? timed : 1, timed > 0, timed > 0 ? time_sum : first_dt);
+  }
   result.mean_tokens_per_s = timed > 0 ? tokens_per_step * timed / time_sum : 0.0;
 
   // Final parameters, per tensor in model order: an FNV-1a digest of the exact bytes (layouts
