@@ -291,10 +291,11 @@ struct Allreducer::Trial {
   std::vector<char> alive;
   std::vector<std::vector<double>> calls; // seconds, timed rounds
   std::vector<double> first;              // agreed times after the first timed round
-  int round = -1;                         // -1: the untimed round
-  int rounds = 3;                         // timed rounds
-  std::size_t next = 0;                   // candidate of the next call
-  int switches = 0, remeasures = 0;       // carried from the watch of an earlier measurement
+  int round = 0;
+  int rounds = 3;                   // timed rounds
+  std::size_t next = 0;             // candidate of the next call
+  bool warm = false;                // its untimed call has run
+  int switches = 0, remeasures = 0; // carried from the watch of an earlier measurement
 };
 
 Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt) : comm_(comm), opt_(std::move(opt)) {
@@ -368,10 +369,6 @@ int StoreChooser::next() const {
 void StoreChooser::seed(const StoreChooser& last) {
   if (timed_ != 0 || &last == this) return;
   kind_ = last.kind_;
-  if (last.per_float_[0] > 0.0 && last.per_float_[1] > 0.0) {
-    per_float_[0] = last.per_float_[0];
-    per_float_[1] = last.per_float_[1];
-  }
 }
 
 void StoreChooser::learn(int kind, double seconds_per_float) {
@@ -400,7 +397,8 @@ void StoreChooser::learn(int kind, double seconds_per_float) {
 void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
   const Comm row(g.row), col(g.col);
   const std::size_t want = std::min(n, kWindowSegmentFloats);
-  if (g.win_floats < want) { // every row rank asks for the same size: a collective regrowth
+  const bool grown = g.win_floats < want;
+  if (grown) { // every row rank asks for the same size: a collective regrowth
     if (g.win != MPI_WIN_NULL) {
       PT_MPI(MPI_Win_unlock_all(g.win));
       PT_MPI(MPI_Win_free(&g.win));
@@ -420,6 +418,19 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     }
     PT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, g.win));
     g.win_floats = want;
+    // map every page now, each rank its own part by writing it and the others' by reading
+    // them, so that no page fault is charged to a timed step (or to the store chooser)
+    std::memset(g.slot[static_cast<std::size_t>(row.rank)], 0, want * sizeof(float));
+    PT_MPI(MPI_Win_sync(g.win));
+    PT_MPI(MPI_Barrier(g.row));
+    PT_MPI(MPI_Win_sync(g.win));
+    float touched = 0.0f;
+    for (int r = 0; r < row.size; ++r) {
+      const float* part = g.slot[static_cast<std::size_t>(r)];
+      for (std::size_t i = 0; i < want; i += 1024) touched += part[i]; // one per 4 KiB page
+    }
+    volatile float sink = touched;
+    (void)sink;
   }
   auto sync = [&] { // make every rank's stores visible to the others
     PT_MPI(MPI_Win_sync(g.win));
@@ -470,8 +481,8 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
       const std::size_t rb = chunk_begin(w, q, r), re = chunk_begin(w, q, r + 1);
       std::memcpy(seg + rb, g.slot[static_cast<std::size_t>(r)] + rb, (re - rb) * sizeof(float));
     }
-    sync(); // nobody overwrites the window before everyone has read it
-    if (chooser != nullptr) {
+    sync();                             // nobody overwrites the window before everyone has read it
+    if (chooser != nullptr && !grown) { // a first step after the window grew runs cold
       const std::chrono::duration<double> took = (t1 - t0) + (Clock::now() - t2);
       chooser->learn(stores, took.count() / static_cast<double>(w));
       g.last = chooser;
@@ -569,20 +580,29 @@ std::size_t watch_period(double pick_s, double challenger_s) {
   return period;
 }
 
-// auto after its measurement (TuneResult): the pick, challenged on the last of every period
-// calls; the three calls before each challenge time the pick. After four challenges
-// watch_verdict decides.
+WatchRole watch_role(std::size_t call, std::size_t period) {
+  const std::size_t window = 4 * period, phase = call % period;
+  if (call + 5 == window) return WatchRole::warm_challenger;
+  if (call + 5 > window) return WatchRole::timed_challenger;
+  if (call + 8 >= window) return WatchRole::timed_pick; // right before the burst
+  if (phase + 4 >= period && phase + 1 < period) return WatchRole::timed_pick;
+  return WatchRole::pick;
+}
+
+// auto after its measurement (TuneResult): the pick, challenged in a burst at the end of every
+// window of 4 x period calls (watch_role); after the burst watch_verdict decides.
 void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
   if (w.calls == 0) w.period = challenge_period(w, watch_challenger(w)); // a window starts
   const std::size_t period = w.period;
-  const std::size_t phase = w.calls++ % period;
-  if (phase + 4 < period) return run(w.pick, buf, n); // untimed: no overhead on short messages
+  const WatchRole role = watch_role(w.calls++, period);
+  if (role == WatchRole::pick) return run(w.pick, buf, n); // untimed: no overhead on 8 B
   AllreduceAlgo* const slot = watch_challenger(w);
-  const bool challenge = phase + 1 == period && slot != nullptr;
+  const bool challenge = role != WatchRole::timed_pick && slot != nullptr;
   const AllreduceAlgo algo = challenge ? *slot : w.pick;
+  if (role == WatchRole::warm_challenger) return run(algo, buf, n);
   const double t0 = MPI_Wtime();
   run(algo, buf, n);
-  if (phase + 1 < period) w.pick_s.push_back(MPI_Wtime() - t0);
+  if (role == WatchRole::timed_pick) w.pick_s.push_back(MPI_Wtime() - t0);
   if (challenge) w.other_s.push_back(MPI_Wtime() - t0);
   if (w.calls < 4 * period) return;
   w.calls = 0;
@@ -640,6 +660,19 @@ AllreduceAlgo* watch_challenger(TuneResult& w) {
   return nullptr;
 }
 
+bool Allreducer::window_stores_known(std::size_t n) {
+  const int c = two_level_row(AllreduceAlgo::hierarchical, size_, opt_.node_size);
+  const std::size_t w = std::min(n, kWindowSegmentFloats);
+  if (opt_.window_stores != WindowStores::adaptive || w < kTimedSegmentFloats || c <= 0) {
+    return true;
+  }
+  const auto g = groups_.find(c);
+  if (g == groups_.end() || !g->second->shared) return true; // no window: a ring
+  int known = store_chooser(g->second->choice, w).timed_both() ? 1 : 0;
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &known, 1, MPI_INT, MPI_MIN, comm_));
+  return known == 1;
+}
+
 bool Allreducer::settled(std::size_t n) const {
   return opt_.algo || !opt_.tune || size_ == 1 || n == 0 || tuned_.count(n) != 0;
 }
@@ -657,10 +690,13 @@ std::vector<AllreduceAlgo> Allreducer::distinct_algorithms() {
 
 // auto's measurement of a new size, on the caller's own calls (STAR-MPI's approach: Faraj, Yuan
 // & Lowenthal, ICS 2006): successive calls run each distinct algorithm in turn, after a barrier.
-// An untimed round first (a first call sets up windows, sub-communicators and scratch), then a
-// timed round of all of them; those more than 1.5x behind the fastest drop out, and the others
-// get more rounds: as many as fit 20 ms of the fastest one's calls, 3 to 10 in all (a trainer
-// calls each bucket size once per step: at most 6 x 11 steps). Every rank
+// Each candidate runs two calls in a row, the second timed: the first sets up windows,
+// sub-communicators and scratch, and brings back into cache the memory that the other
+// candidates' calls pushed out (a window step timed alone among other algorithms' calls ran up
+// to 2x slower than in a run of its own calls: docs/collectives.md). After a round of all of
+// them, those more than 1.5x behind the fastest drop out, and the others get more rounds: as
+// many as fit 20 ms of the fastest one's calls, 3 to 10 in all (a trainer calls each bucket
+// size once per step, or a few times: at most 6 x 2 x 10 calls). Every rank
 // takes the mean of each candidate's fastest 80% of calls, the max over ranks decides, so all
 // ranks pick alike at the same call; the model's choice stays unless another is more than 3%
 // faster. Every call returns the exact sum; which algorithm rounded it differs between calls.
@@ -673,10 +709,17 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
     tr->calls.resize(tr->cand.size());
   }
   const std::size_t k = tr->cand.size(), c = tr->next;
+  if (!tr->warm) { // untimed: a candidate's first call after the others' finds its memory cold
+    run(tr->cand[c], buf, n);
+    // the window step's first calls of a new size also try both kinds of stores: untimed
+    tr->warm = tr->cand[c] != AllreduceAlgo::hierarchical || window_stores_known(n);
+    return;
+  }
   PT_MPI(MPI_Barrier(comm_));
   const double t0 = MPI_Wtime();
   run(tr->cand[c], buf, n);
-  if (tr->round >= 0) tr->calls[c].push_back(MPI_Wtime() - t0);
+  tr->calls[c].push_back(MPI_Wtime() - t0);
+  tr->warm = false;
   tr->next = c + 1;
   while (tr->next < k && !tr->alive[tr->next]) ++tr->next;
   if (tr->next < k) return;

@@ -39,9 +39,9 @@ std::optional<AllreduceAlgo> parse_allreduce(const std::string& name);
 enum class WindowStores { adaptive, cached, streaming };
 
 // adaptive window stores for segments of one size: the kind in use (0 cached, 1 streaming)
-// keeps a smoothed time per float (a new class starts from the class timed last: seed); the
-// other kind, unless its time came with the seed, is first tried right after the first
-// segment, then runs the last 3 of every period segments
+// keeps a smoothed time per float (a new class starts with the kind of the class timed last:
+// seed); the other kind is first tried right after the first segment, then runs the last 3 of
+// every period segments
 // (period 16 to 512, a power of two so that ranks with different periods still try on common
 // segments, chosen to keep the tries near 2% of the time), and the median of those three
 // replaces its time (measured long ago, perhaps on a machine in another state). The faster kind
@@ -50,10 +50,14 @@ class StoreChooser {
 public:
   int next() const; // the kind for the next segment
   void learn(int kind, double seconds_per_float);
-  // Before anything is timed: start from the chooser of the segment size timed last, with its
-  // kind and, where it has timed both, its times per float (so no early try is needed).
+  // Before anything is timed: start with the kind of the chooser of the segment size timed
+  // last. Not its times: the ratio of the two kinds changes with the segment size (at 8 KiB
+  // cached stores won where streaming ones ran 10x faster at 128 KiB), and a seeded time of
+  // the other kind put off its try for up to 512 segments of a size that auto's window step,
+  // once it lost its measurement, ran only a few times per thousand calls.
   void seed(const StoreChooser& last);
   int kind() const { return kind_; }
+  bool timed_both() const { return per_float_[0] > 0.0 && per_float_[1] > 0.0; }
 
 private:
   static constexpr int kTrial = 3;   // segments per try of the other kind
@@ -85,13 +89,13 @@ double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 // What auto's measurement found for one message size: every candidate's time (max over ranks of
 // its mean fastest-80% call; one far behind after the first timed round keeps that round's time)
 // and the pick. The model's choice wins near-ties (within 3%).
-// Afterwards every 16th call runs one of the other candidates, the same one for a window of
-// four such calls: those that stayed within 1.5x in turn, and in every 4th window one of those
-// that dropped out (they may have become the fastest). A challenger measured far behind runs
-// less often (every 32nd to 256th call), so trying it costs about 2% of the pick's time or
+// Afterwards each window of 64 calls ends with a burst of five calls of one of the other
+// candidates (watch_role): those that stayed within 1.5x in turn, and in every 4th window one of
+// those that dropped out (they may have become the fastest). A challenger measured far behind
+// gets longer windows (up to 1,024 calls), so trying it costs about 2% of the pick's time or
 // less. The challenger replaces the pick when its calls were more than 3% faster (a machine
 // whose cross-core or network cost drifts changes its fastest algorithm). The three calls
-// before each challenge time the pick: when its time is more than 1.5x away (either way) from
+// before each burst time the pick: when its time is more than 1.5x away (either way) from
 // the last window that was not, in two windows in a row, the costs have changed under it: the
 // size is measured again from scratch. Each re-measurement doubles the windows in a row that
 // the next one needs (up to 32), so a machine whose costs flip back and forth does not spend
@@ -131,6 +135,14 @@ void settle_window(TuneResult& w, WatchVerdict v, AllreduceAlgo* slot, double pi
                    double other_s);
 // The challenger of the watch's next window (its place in others or dropped), or none.
 AllreduceAlgo* watch_challenger(TuneResult& w);
+// The watch's calls in a window of 4 x period: the pick, untimed, except three timed calls
+// before the end of each period (the last three right before the burst), and at the end a
+// burst of five calls of the challenger, the first untimed. That first call finds the memory
+// that the pick's calls pushed out of cache cold (a window step timed alone among
+// MPI_Allreduce calls ran up to 2x slower than in a run of its own calls), so the four timed
+// ones compare the challenger in its steady state with the pick in its own.
+enum class WatchRole { pick, timed_pick, warm_challenger, timed_challenger };
+WatchRole watch_role(std::size_t call, std::size_t period);
 // Calls per challenge for the pick's and the challenger's measured times (challenger 0: none):
 // 16, doubled (up to 256) while trying the challenger would cost more than 2% of the pick's
 // time, or while a window (4 periods) would last less than 100 us of the pick's calls, so that
@@ -169,6 +181,9 @@ private:
   void run(AllreduceAlgo algo, float* buf, std::size_t n);
   std::vector<AllreduceAlgo> distinct_algorithms();
   struct Trial; // auto's measurement in progress for one size
+  // False while the window step's store chooser for n floats has not timed both kinds (agreed
+  // over ranks): auto's measurement keeps that candidate's calls untimed until then.
+  bool window_stores_known(std::size_t n);
   void tuning_call(float* buf, std::size_t n);
   void watched_call(float* buf, std::size_t n, TuneResult& w);
 

@@ -1,5 +1,6 @@
 // The all-reduce cost model (comm/topology.hpp) against the textbook formulas and orderings,
 // calibration files, auto's watch verdicts and gradient buckets.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -196,6 +197,27 @@ TEST(AutoWatch, PeriodBoundsTheWatchsCost) {
   EXPECT_EQ(pt::watch_period(1e-3, 100.0), 256u);
 }
 
+// The watch's window of 4 x period calls: untimed calls of the pick, three timed ones before the
+// end of each period (twelve in all), then the challenger's burst of five, the first untimed.
+TEST(AutoWatch, ChallengerRunsInABurstAfterTheTimedPick) {
+  using R = pt::WatchRole;
+  for (std::size_t period : {16u, 64u, 256u}) {
+    std::vector<R> roles;
+    for (std::size_t call = 0; call < 4 * period; ++call) {
+      roles.push_back(pt::watch_role(call, period));
+    }
+    const std::size_t w = roles.size();
+    EXPECT_EQ(std::count(roles.begin(), roles.end(), R::timed_pick), 12);
+    EXPECT_EQ(std::count(roles.begin(), roles.end(), R::timed_challenger), 4);
+    EXPECT_EQ(std::count(roles.begin(), roles.end(), R::warm_challenger), 1);
+    for (std::size_t i = w - 8; i < w - 5; ++i) EXPECT_EQ(roles[i], R::timed_pick) << i;
+    EXPECT_EQ(roles[w - 5], R::warm_challenger);
+    for (std::size_t i = w - 4; i < w; ++i) EXPECT_EQ(roles[i], R::timed_challenger) << i;
+    EXPECT_EQ(roles[period - 4], R::timed_pick);
+    EXPECT_EQ(roles[period - 1], R::pick);
+  }
+}
+
 // After a switch the old pick challenges at once: a dropped candidate that won one window on
 // noise is out again one window later, and a switch confirmed by the recheck stays.
 TEST(AutoWatch, SwitchIsRecheckedNextWindow) {
@@ -274,27 +296,24 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
     d.learn(k, k == 0 ? 1.0 : (i == 2 ? 0.1 : 2.0));
   }
   EXPECT_EQ(d.kind(), 0);
-  // a new size class seeded from one that timed only cached starts with cached and tries
-  // streaming early; seeded from one that timed both kinds it takes their times and waits
-  // for its period (no early try: auto measures a new size on its first calls, and a try of
-  // the slower kind there would be charged to the window step); a seed after timing changes
-  // nothing
-  pt::StoreChooser fresh;
-  fresh.learn(0, 1.0); // no try of the other kind yet
-  pt::StoreChooser e;
-  e.seed(fresh);
-  EXPECT_EQ(e.next(), 0);
-  e.learn(0, 1.0);
-  EXPECT_EQ(e.next(), 1); // the early try
+  // a new size class starts with the kind of the class timed last, but not with its times (the
+  // kinds' ratio changes with the segment size): it tries the other kind right after its first
+  // segment, and has timed both after four; a seed after timing changes nothing
   pt::StoreChooser g;
   g.seed(c); // c: cached in use, streaming timed too
   EXPECT_EQ(g.kind(), 0);
-  for (int i = 0; i < 12; ++i) {
-    EXPECT_EQ(g.next(), 0) << "segment " << i;
-    g.learn(0, 1.0);
+  EXPECT_FALSE(g.timed_both());
+  for (int i = 0; i < 4; ++i) {
+    const int k = g.next();
+    EXPECT_EQ(k, i == 0 ? 0 : 1) << "segment " << i;
+    g.learn(k, k == 0 ? 1.0 : 0.5); // streaming faster at this size
   }
-  g.seed(fresh);
-  EXPECT_EQ(g.kind(), 0);
+  EXPECT_TRUE(g.timed_both());
+  EXPECT_EQ(g.kind(), 1);
+  pt::StoreChooser cached_only;
+  cached_only.learn(0, 1.0);
+  g.seed(cached_only);
+  EXPECT_EQ(g.kind(), 1);
 }
 
 TEST(GradBuckets, ReverseLayerOrderCoveringEverything) {
