@@ -371,6 +371,12 @@ void StoreChooser::seed(const StoreChooser& last) {
   kind_ = last.kind_;
 }
 
+void StoreChooser::forget() {
+  per_float_[0] = per_float_[1] = 0.0;
+  timed_ = 0;
+  tried_ = 0;
+}
+
 void StoreChooser::learn(int kind, double seconds_per_float) {
   ++timed_;
   if (kind == kind_) {
@@ -614,6 +620,8 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
       watch_verdict(w.pick_ref, t[0], t[1], w.drifted, 2 << std::min(w.remeasures, 4));
   w.drifted = v == WatchVerdict::drifted ? w.drifted + 1 : 0;
   if (v == WatchVerdict::remeasure) { // every rank agrees: the next call starts a new trial
+    // the window's store times are from before the change too: time both kinds again
+    if (StoreChooser* st = window_stores(n)) st->forget();
     auto tr = std::make_unique<Trial>();
     tr->switches = w.switches;
     tr->remeasures = w.remeasures + 1;
@@ -660,15 +668,20 @@ AllreduceAlgo* watch_challenger(TuneResult& w) {
   return nullptr;
 }
 
-bool Allreducer::window_stores_known(std::size_t n) {
+StoreChooser* Allreducer::window_stores(std::size_t n) {
   const int c = two_level_row(AllreduceAlgo::hierarchical, size_, opt_.node_size);
   const std::size_t w = std::min(n, kWindowSegmentFloats);
   if (opt_.window_stores != WindowStores::adaptive || w < kTimedSegmentFloats || c <= 0) {
-    return true;
+    return nullptr;
   }
   const auto g = groups_.find(c);
-  if (g == groups_.end() || !g->second->shared) return true; // no window: a ring
-  int known = store_chooser(g->second->choice, w).timed_both() ? 1 : 0;
+  if (g == groups_.end() || !g->second->shared) return nullptr; // no window: a ring
+  return &store_chooser(g->second->choice, w);
+}
+
+bool Allreducer::window_stores_known(std::size_t n) {
+  const StoreChooser* st = window_stores(n);
+  int known = st == nullptr || st->timed_both() ? 1 : 0;
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &known, 1, MPI_INT, MPI_MIN, comm_));
   return known == 1;
 }

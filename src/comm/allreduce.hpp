@@ -58,6 +58,9 @@ public:
   void seed(const StoreChooser& last);
   int kind() const { return kind_; }
   bool timed_both() const { return per_float_[0] > 0.0 && per_float_[1] > 0.0; }
+  // Both times forgotten, the kind kept: the next segments time both again (auto's
+  // re-measurement of a size, after the costs changed under its pick).
+  void forget();
 
 private:
   static constexpr int kTrial = 3;   // segments per try of the other kind
@@ -184,6 +187,7 @@ private:
   // False while the window step's store chooser for n floats has not timed both kinds (agreed
   // over ranks): auto's measurement keeps that candidate's calls untimed until then.
   bool window_stores_known(std::size_t n);
+  StoreChooser* window_stores(std::size_t n); // the window step's chooser for n, if any
   void tuning_call(float* buf, std::size_t n);
   void watched_call(float* buf, std::size_t n, TuneResult& w);
 

@@ -314,6 +314,18 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
   cached_only.learn(0, 1.0);
   g.seed(cached_only);
   EXPECT_EQ(g.kind(), 1);
+  // auto's re-measurement of a size forgets both times but keeps the kind: the next four
+  // segments time both kinds again, and the state that changed decides
+  g.forget();
+  EXPECT_FALSE(g.timed_both());
+  EXPECT_EQ(g.kind(), 1);
+  for (int i = 0; i < 4; ++i) {
+    const int k = g.next();
+    EXPECT_EQ(k, i == 0 ? 1 : 0) << "segment " << i;
+    g.learn(k, k == 0 ? 0.5 : 1.0); // now cached stores are faster
+  }
+  EXPECT_TRUE(g.timed_both());
+  EXPECT_EQ(g.kind(), 0);
 }
 
 TEST(GradBuckets, ReverseLayerOrderCoveringEverything) {
