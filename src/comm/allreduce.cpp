@@ -291,11 +291,12 @@ struct Allreducer::Trial {
   std::vector<char> alive;
   std::vector<std::vector<double>> calls; // seconds, timed rounds
   std::vector<double> first;              // agreed times after the first timed round
-  int round = 0;
-  int rounds = 3;                   // timed rounds
-  std::size_t next = 0;             // candidate of the next call
-  bool warm = false;                // its untimed call has run
-  int switches = 0, remeasures = 0; // carried from the watch of an earlier measurement
+  int round = 0;                          // timed rounds done
+  int rounds = 3;                         // timed rounds
+  std::size_t next = 0;                   // candidate of the next call
+  bool warm = false;                      // its untimed call has run
+  int cold = 0;                           // untimed calls of the window step for its store times
+  int switches = 0, remeasures = 0;       // carried from the watch of an earlier measurement
 };
 
 Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt) : comm_(comm), opt_(std::move(opt)) {
@@ -487,8 +488,9 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
       const std::size_t rb = chunk_begin(w, q, r), re = chunk_begin(w, q, r + 1);
       std::memcpy(seg + rb, g.slot[static_cast<std::size_t>(r)] + rb, (re - rb) * sizeof(float));
     }
-    sync();                             // nobody overwrites the window before everyone has read it
-    if (chooser != nullptr && !grown) { // a first step after the window grew runs cold
+    sync(); // nobody overwrites the window before everyone has read it
+    // a first step after the window grew runs cold: not learned from
+    if (chooser != nullptr && !grown) {
       const std::chrono::duration<double> took = (t1 - t0) + (Clock::now() - t2);
       chooser->learn(stores, took.count() / static_cast<double>(w));
       g.last = chooser;
@@ -724,8 +726,10 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   const std::size_t k = tr->cand.size(), c = tr->next;
   if (!tr->warm) { // untimed: a candidate's first call after the others' finds its memory cold
     run(tr->cand[c], buf, n);
-    // the window step's first calls of a new size also try both kinds of stores: untimed
-    tr->warm = tr->cand[c] != AllreduceAlgo::hierarchical || window_stores_known(n);
+    // the window step's first calls of a new size also try both kinds of stores, untimed
+    // (four calls of one segment; eight at most, whatever the chooser does)
+    tr->warm =
+        tr->cand[c] != AllreduceAlgo::hierarchical || ++tr->cold >= 8 || window_stores_known(n);
     return;
   }
   PT_MPI(MPI_Barrier(comm_));
