@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # slurm_requeue_test.sh PIPETRAIN TOKENS WORKDIR
 # Starts a real one-node Slurm (slurmctld + slurmd + munge, notes/slurm-local.md) in WORKDIR and
-# submits jobscripts/slurm/cpu.sbatch with a 1-minute time limit and --signal=USR1@50, on a run
+# submits jobscripts/slurm/cpu.sbatch with a 1-minute time limit and --signal=USR1@20, on a run
 # longer than that. Passes when the job was signalled, checkpointed, requeued itself, resumed,
 # completed, and its final loss equals an uninterrupted run's. Exit 77 (skipped) when Slurm or
 # munge is missing or does not come up.
@@ -71,8 +71,11 @@ done
 sinfo -h -o %T 2>/dev/null | grep -Eq '^(idle|mixed)' || skip "the Slurm node did not become idle: $(sinfo 2>&1)"
 echo "Slurm is up: $(sinfo -h)"
 
-# about 45 s of training on 2 cores: Slurm signals a 1-minute job with --signal=USR1@50 at its
-# first time-limit check, well before the run can finish
+# about 60 s of training on 2 cores. Slurm checks time limits every 30 s and sends the signal at
+# the first check that finds less than 20 + 30 s left: 10-40 s into each start of a 1-minute
+# job, so every start trains for 10 s at least. With @50, every check found less than 80 s left,
+# and a requeued job started just before a check was signalled after one step, again and again
+# (five starts, 270 s, in two CI runs of stop 17).
 deck=(inputs/tiny.toml parallel.pp=1 "data.path=$data" train.steps=450 train.warmup_steps=20
       data.val_path='""' data.val_every=0 log.every=100)
 echo "== uninterrupted run"
@@ -80,8 +83,8 @@ tools/mpi-launch 2 "$exe" "${deck[@]}" "log.dir=$work/straight" >"$work/straight
   fail "the uninterrupted run failed: $(tail -5 "$work/straight.out")"
 want=$(grep -o 'final loss [0-9.]*' "$work/straight.out")
 
-echo "== sbatch jobscripts/slurm/cpu.sbatch, --time=1 --signal=USR1@50"
-job=$(PIPETRAIN="$exe" CKPT_DIR="$work/ckpt" sbatch --parsable --time=1 --signal=USR1@50 \
+echo "== sbatch jobscripts/slurm/cpu.sbatch, --time=1 --signal=USR1@20"
+job=$(PIPETRAIN="$exe" CKPT_DIR="$work/ckpt" sbatch --parsable --time=1 --signal=USR1@20 \
   --nodes=1 --ntasks=2 --output="$work/job.out" jobscripts/slurm/cpu.sbatch \
   "${deck[@]}" "log.dir=$work/slurm") || fail "sbatch failed"
 echo "job $job"
