@@ -353,9 +353,12 @@ void plain_copy(float* dst, const float* src, std::size_t n) {
 
 constexpr std::size_t kTimedSegmentFloats = 2048; // smaller segments: cached stores, untimed
 
-StoreChooser& store_chooser(std::array<StoreChooser, 8>& choice, std::size_t w) {
-  return choice[std::min<std::size_t>(std::bit_width(w / kTimedSegmentFloats) - 1,
-                                      choice.size() - 1)];
+// The chooser of segments of w floats, or none: stores fixed by the options, or segments too
+// short to time (cached stores).
+StoreChooser* store_chooser(WindowStores mode, std::array<StoreChooser, 8>& choice, std::size_t w) {
+  if (mode != WindowStores::adaptive || w < kTimedSegmentFloats) return nullptr;
+  return &choice[std::min<std::size_t>(std::bit_width(w / kTimedSegmentFloats) - 1,
+                                       choice.size() - 1)];
 }
 
 } // namespace
@@ -453,10 +456,9 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     // the kind of stores into the window (0 cached, 1 streaming): fixed, or adaptive: the
     // chooser of this segment size picks it and times the step (segments too short to time:
     // cached, no chooser)
-    StoreChooser* chooser = nullptr;
+    StoreChooser* const chooser = store_chooser(opt_.window_stores, g.choice, w);
     int stores = opt_.window_stores == WindowStores::streaming ? 1 : 0;
-    if (opt_.window_stores == WindowStores::adaptive && w >= kTimedSegmentFloats) {
-      chooser = &store_chooser(g.choice, w);
+    if (chooser != nullptr) {
       if (g.last != nullptr) chooser->seed(*g.last);
       stores = chooser->next();
     }
@@ -672,13 +674,10 @@ AllreduceAlgo* watch_challenger(TuneResult& w) {
 
 StoreChooser* Allreducer::window_stores(std::size_t n) {
   const int c = two_level_row(AllreduceAlgo::hierarchical, size_, opt_.node_size);
-  const std::size_t w = std::min(n, kWindowSegmentFloats);
-  if (opt_.window_stores != WindowStores::adaptive || w < kTimedSegmentFloats || c <= 0) {
-    return nullptr;
-  }
+  if (c <= 0) return nullptr;
   const auto g = groups_.find(c);
   if (g == groups_.end() || !g->second->shared) return nullptr; // no window: a ring
-  return &store_chooser(g->second->choice, w);
+  return store_chooser(opt_.window_stores, g->second->choice, std::min(n, kWindowSegmentFloats));
 }
 
 bool Allreducer::window_stores_known(std::size_t n) {

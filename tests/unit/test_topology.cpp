@@ -299,16 +299,22 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
   // a new size class starts with the kind of the class timed last, but not with its times (the
   // kinds' ratio changes with the segment size): it tries the other kind right after its first
   // segment, and has timed both after four; a seed after timing changes nothing
+  // the first four segments of a chooser with no times: one of the kind in use, then the try of
+  // the other; afterwards both are timed
+  auto time_both = [](pt::StoreChooser& ch, double cached, double streaming) {
+    EXPECT_FALSE(ch.timed_both());
+    const int kept = ch.kind();
+    for (int i = 0; i < 4; ++i) {
+      const int k = ch.next();
+      EXPECT_EQ(k, i == 0 ? kept : 1 - kept) << "segment " << i;
+      ch.learn(k, k == 0 ? cached : streaming);
+    }
+    EXPECT_TRUE(ch.timed_both());
+  };
   pt::StoreChooser g;
   g.seed(c); // c: cached in use, streaming timed too
   EXPECT_EQ(g.kind(), 0);
-  EXPECT_FALSE(g.timed_both());
-  for (int i = 0; i < 4; ++i) {
-    const int k = g.next();
-    EXPECT_EQ(k, i == 0 ? 0 : 1) << "segment " << i;
-    g.learn(k, k == 0 ? 1.0 : 0.5); // streaming faster at this size
-  }
-  EXPECT_TRUE(g.timed_both());
+  time_both(g, 1.0, 0.5); // streaming faster at this size
   EXPECT_EQ(g.kind(), 1);
   pt::StoreChooser cached_only;
   cached_only.learn(0, 1.0);
@@ -317,14 +323,8 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
   // auto's re-measurement of a size forgets both times but keeps the kind: the next four
   // segments time both kinds again, and the state that changed decides
   g.forget();
-  EXPECT_FALSE(g.timed_both());
   EXPECT_EQ(g.kind(), 1);
-  for (int i = 0; i < 4; ++i) {
-    const int k = g.next();
-    EXPECT_EQ(k, i == 0 ? 1 : 0) << "segment " << i;
-    g.learn(k, k == 0 ? 0.5 : 1.0); // now cached stores are faster
-  }
-  EXPECT_TRUE(g.timed_both());
+  time_both(g, 0.5, 1.0); // now cached stores are faster
   EXPECT_EQ(g.kind(), 0);
 }
 
