@@ -290,7 +290,7 @@ struct Allreducer::Trial {
   std::vector<AllreduceAlgo> cand;
   std::vector<char> alive;
   std::vector<std::vector<double>> calls; // seconds, timed rounds
-  std::vector<double> first;              // agreed times after the first timed round
+  std::vector<double> at_drop;            // agreed fastest call of each, at the last drop check
   int round = 0;                          // timed rounds done
   int rounds = 3;                         // timed rounds
   std::size_t next = 0;                   // candidate of the next call
@@ -702,18 +702,28 @@ std::vector<AllreduceAlgo> Allreducer::distinct_algorithms() {
   return out;
 }
 
+void measurement_drops(int round, const std::vector<double>& fastest_call,
+                       std::vector<char>& alive) {
+  const double best = *std::min_element(fastest_call.begin(), fastest_call.end());
+  const double limit = round == 1 ? 3.0 : 1.5;
+  for (std::size_t i = 0; i < alive.size(); ++i) {
+    if (fastest_call[i] > limit * best) alive[i] = 0;
+  }
+}
+
 // auto's measurement of a new size, on the caller's own calls (STAR-MPI's approach: Faraj, Yuan
 // & Lowenthal, ICS 2006): successive calls run each distinct algorithm in turn, after a barrier.
 // Each candidate runs two calls in a row, the second timed: the first sets up windows,
 // sub-communicators and scratch, and brings back into cache the memory that the other
 // candidates' calls pushed out (a window step timed alone among other algorithms' calls ran up
-// to 2x slower than in a run of its own calls: docs/collectives.md). After a round of all of
-// them, those more than 1.5x behind the fastest drop out, and the others get more rounds: as
+// to 2x slower than in a run of its own calls: docs/collectives.md). After each of the first
+// two rounds the slow ones drop out (measurement_drops), and the others get more rounds: as
 // many as fit 20 ms of the fastest one's calls, 3 to 10 in all (a trainer calls each bucket
-// size once per step, or a few times: at most 6 x 2 x 10 calls). Every rank
-// takes the mean of each candidate's fastest 80% of calls, the max over ranks decides, so all
-// ranks pick alike at the same call; the model's choice stays unless another is more than 3%
-// faster. Every call returns the exact sum; which algorithm rounded it differs between calls.
+// size once per step, or a few times: at most 6 x 2 x 10 calls). Every rank takes the mean of
+// each candidate's fastest 2/3 of calls (with 3 rounds one slow call does not decide), the max
+// over ranks decides, so all ranks pick alike at the same call; the model's choice stays unless
+// another is more than 3% faster. Every call returns the exact sum; which algorithm rounded it
+// differs between calls.
 void Allreducer::tuning_call(float* buf, std::size_t n) {
   std::unique_ptr<Trial>& tr = trials_[n];
   if (!tr) tr = std::make_unique<Trial>();
@@ -721,6 +731,7 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
     tr->cand = distinct_algorithms();
     tr->alive.assign(tr->cand.size(), 1);
     tr->calls.resize(tr->cand.size());
+    tr->at_drop.assign(tr->cand.size(), 0.0);
   }
   const std::size_t k = tr->cand.size(), c = tr->next;
   if (!tr->warm) { // untimed: a candidate's first call after the others' finds its memory cold
@@ -739,27 +750,32 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   tr->next = c + 1;
   while (tr->next < k && !tr->alive[tr->next]) ++tr->next;
   if (tr->next < k) return;
-  // end of a round: agree on each candidate's time (max over ranks of its fastest 80% of calls)
-  auto agree = [&] {
-    std::vector<double> med(k, 0.0);
+  // end of a round: agree on each candidate's time (max over ranks of its fastest 2/3 of calls)
+  auto agree = [&](std::size_t drop_one_in) {
+    std::vector<double> med(k, 1e30); // out: never the fastest
     for (std::size_t i = 0; i < k; ++i) {
-      if (tr->alive[i] && !tr->calls[i].empty()) med[i] = mean_of_fastest(tr->calls[i], 5);
+      if (tr->alive[i]) med[i] = mean_of_fastest(tr->calls[i], drop_one_in);
     }
     PT_MPI(
         MPI_Allreduce(MPI_IN_PLACE, med.data(), static_cast<int>(k), MPI_DOUBLE, MPI_MAX, comm_));
     return med;
   };
   ++tr->round;
-  if (tr->round == 1) {
-    tr->first = agree();
-    const double best = *std::min_element(tr->first.begin(), tr->first.end());
-    for (std::size_t i = 0; i < k; ++i) tr->alive[i] = tr->first[i] <= 1.5 * best;
-    tr->rounds = std::clamp(static_cast<int>(0.02 / std::max(best, 1e-9)), 3, 10);
+  if (tr->round <= 2) { // drop the slow ones, each judged by its fastest call
+    const std::vector<double> fastest = agree(1);
+    for (std::size_t i = 0; i < k; ++i) {
+      if (tr->alive[i]) tr->at_drop[i] = fastest[i];
+    }
+    measurement_drops(tr->round, fastest, tr->alive);
+    if (tr->round == 1) {
+      const double best = *std::min_element(fastest.begin(), fastest.end());
+      tr->rounds = std::clamp(static_cast<int>(0.02 / std::max(best, 1e-9)), 3, 10);
+    }
   }
   tr->next = 0;
   while (!tr->alive[tr->next]) ++tr->next;
   if (tr->round < tr->rounds) return;
-  const std::vector<double> med = agree();
+  const std::vector<double> med = agree(3);
   TuneResult res;
   res.switches = tr->switches;
   res.remeasures = tr->remeasures;
@@ -767,7 +783,7 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
                                opt_.topology);
   std::size_t best = k, model_k = k;
   for (std::size_t i = 0; i < k; ++i) {
-    const double t = tr->alive[i] ? med[i] : tr->first[i];
+    const double t = tr->alive[i] ? med[i] : tr->at_drop[i];
     res.seconds.emplace_back(tr->cand[i], t);
     if (tr->alive[i] && (best == k || t < res.seconds[best].second)) best = i;
     if (tr->cand[i] == res.model) model_k = i;

@@ -89,8 +89,16 @@ struct AllreduceOptions {
 // time that alternates between two levels is weighed by how often each occurs.
 double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 
+// Which candidates stay in auto's measurement after its timed round `round` (1 or 2), from each
+// one's fastest call so far (max over ranks): after the first round those more than 3x behind
+// the fastest drop out, after the second those more than 1.5x behind. A single call can run 2x
+// slow on a shared machine (a 256 MiB window step timed once at 87 ms, 39 ms in its column), so a
+// close candidate is judged on the faster of two calls.
+void measurement_drops(int round, const std::vector<double>& fastest_call,
+                       std::vector<char>& alive);
+
 // What auto's measurement found for one message size: every candidate's time (max over ranks of
-// its mean fastest-80% call; one far behind after the first timed round keeps that round's time)
+// its mean fastest-2/3 call; one that dropped out keeps its fastest call at the drop)
 // and the pick. The model's choice wins near-ties (within 3%).
 // Afterwards each window of 64 calls ends with a burst of five calls of one of the other
 // candidates (watch_role): those that stayed within 1.5x in turn, and in every 4th window one of

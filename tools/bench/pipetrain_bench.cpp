@@ -212,8 +212,8 @@ int bench_allreduce(const Args& a) {
       }
     }
     if (rank == 0 && tr != cols[k_auto].red->tuned().end()) { // why auto picked what it did
-      std::printf("%12.0f # auto's last measurement (us, max over ranks; far behind after one "
-                  "round: that round's time):",
+      std::printf("%12.0f # auto's last measurement (us, max over ranks; one that dropped out: its "
+                  "fastest call at the drop):",
                   row.bytes);
       for (const auto& [algo, sec] : tr->second.seconds) {
         std::printf(" %s %.2f", pt::algorithm_name(algo), sec * 1e6);
