@@ -680,6 +680,13 @@ StoreChooser* Allreducer::window_stores(std::size_t n) {
   return store_chooser(opt_.window_stores, g->second->choice, std::min(n, kWindowSegmentFloats));
 }
 
+std::optional<StoreChooser> Allreducer::window_stores_of(std::size_t n) const {
+  // window_stores only looks up: the chooser is copied out, nothing changes
+  const StoreChooser* st = const_cast<Allreducer*>(this)->window_stores(n);
+  if (st == nullptr) return std::nullopt;
+  return *st;
+}
+
 bool Allreducer::window_stores_known(std::size_t n) {
   const StoreChooser* st = window_stores(n);
   int known = st == nullptr || st->timed_both() ? 1 : 0;

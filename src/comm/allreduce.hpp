@@ -57,6 +57,8 @@ public:
   // once it lost its measurement, ran only a few times per thousand calls.
   void seed(const StoreChooser& last);
   int kind() const { return kind_; }
+  double per_float(int kind) const { return per_float_[kind]; } // seconds; 0: not timed
+  std::uint64_t segments_timed() const { return timed_; }
   bool timed_both() const { return per_float_[0] > 0.0 && per_float_[1] > 0.0; }
   // Both times forgotten, the kind kept: the next segments time both again (auto's
   // re-measurement of a size, after the costs changed under its pick).
@@ -183,6 +185,9 @@ public:
   int size() const { return size_; }
   // True when hierarchical's node-local step ran through the shared-memory window.
   bool used_shared_memory() const { return used_shm_; }
+  // This rank's store chooser of the window step for n floats, as it stands (for the bench's
+  // report), or none: no window yet, or stores not adaptive for that segment size.
+  std::optional<StoreChooser> window_stores_of(std::size_t n) const;
 
 private:
   struct Groups; // row/column communicators of a two-level scheme and the node's window

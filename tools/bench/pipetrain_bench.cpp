@@ -95,6 +95,40 @@ int ranks_per_node(const Args& a, MPI_Comm comm) {
 
 // ---- allreduce --------------------------------------------------------------------------------
 
+// The window step's store choosers of the hierarchical column and of auto's instance at one
+// size, every rank's (each chooses alone): the kind in use and both kinds' smoothed ns per
+// float. Two instances that run the same algorithm at different speeds often differ here.
+void print_window_stores(double bytes, std::size_t n, const pt::Allreducer& column,
+                         const pt::Allreducer& tuned, int rank, int p) {
+  double mine[8] = {};
+  int have = 0;
+  for (int i = 0; i < 2; ++i) {
+    const auto st = (i == 0 ? column : tuned).window_stores_of(n);
+    if (!st) continue;
+    ++have;
+    mine[4 * i] = st->kind();
+    mine[4 * i + 1] = st->per_float(0) * 1e9;
+    mine[4 * i + 2] = st->per_float(1) * 1e9;
+    mine[4 * i + 3] = static_cast<double>(st->segments_timed());
+  }
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (have < 2) return; // no window, or cached stores only at this size
+  std::vector<double> all(rank == 0 ? 8 * static_cast<std::size_t>(p) : 0);
+  PT_MPI(MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  if (rank != 0) return;
+  std::printf("%12.0f # window stores per rank (kind in use, 0 cached 1 streaming; ns per float "
+              "cached/streaming; segments timed):",
+              bytes);
+  for (int i = 0; i < 2; ++i) {
+    std::printf(" %s", i == 0 ? "hierarchical" : "auto");
+    for (int r = 0; r < p; ++r) {
+      const double* v = &all[8 * static_cast<std::size_t>(r) + 4 * static_cast<std::size_t>(i)];
+      std::printf(" r%d %.0f %.3f/%.3f %.0f", r, v[0], v[1], v[2], v[3]);
+    }
+  }
+  std::printf("\n");
+}
+
 int bench_allreduce(const Args& a) {
   int rank = 0, p = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -125,6 +159,7 @@ int bench_allreduce(const Args& a) {
   const std::size_t nc = cols.size();
   const std::size_t n_algos = nc - 4; // ring .. torus2d: columns 1 .. n_algos
   const std::size_t k_auto = nc - 3, k_model = nc - 2, k_again = nc - 1;
+  const std::size_t k_hier = 4; // the fifth name above
   if (rank == 0) {
     std::printf("# pipetrain-bench allreduce: float32 sum, %d ranks, %d per node, topology model "
                 "%s\n# avg/min/max: each rank's mean call, over ranks; t90: max over ranks of the "
@@ -220,6 +255,7 @@ int bench_allreduce(const Args& a) {
       }
       std::printf("\n");
     }
+    print_window_stores(row.bytes, n, *cols[k_hier].red, *cols[k_auto].red, rank, p);
     if (rank == 0) std::fflush(stdout);
     rows.push_back(row);
   }
