@@ -609,7 +609,22 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
   AllreduceAlgo* const slot = watch_challenger(w);
   const bool challenge = role != WatchRole::timed_pick && slot != nullptr;
   const AllreduceAlgo algo = challenge ? *slot : w.pick;
-  if (role == WatchRole::warm_challenger) return run(algo, buf, n);
+  if (role == WatchRole::warm_challenger) {
+    // A challenging window step times both kinds of stores afresh, in untimed calls, before
+    // its timed ones: its store times may date from when the machine ran otherwise, and a
+    // window step that is not the pick runs too seldom for its chooser's own tries of the
+    // other kind (docs/collectives.md, "Stop 18").
+    StoreChooser* const st =
+        challenge && algo == AllreduceAlgo::hierarchical ? window_stores(n) : nullptr;
+    if (st != nullptr && w.cold == 0) st->forget();
+    run(algo, buf, n);
+    if (st != nullptr && ++w.cold < 8 && !window_stores_known(n)) {
+      --w.calls; // the burst's warm call again
+    } else {
+      w.cold = 0;
+    }
+    return;
+  }
   const double t0 = MPI_Wtime();
   run(algo, buf, n);
   if (role == WatchRole::timed_pick) w.pick_s.push_back(MPI_Wtime() - t0);
@@ -742,6 +757,9 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   }
   const std::size_t k = tr->cand.size(), c = tr->next;
   if (!tr->warm) { // untimed: a candidate's first call after the others' finds its memory cold
+    if (tr->cand[c] == AllreduceAlgo::hierarchical && tr->round == 0 && tr->cold == 0) {
+      if (StoreChooser* st = window_stores(n)) st->forget(); // times from another size, or stale
+    }
     run(tr->cand[c], buf, n);
     // the window step's first calls of a new size also try both kinds of stores, untimed
     // (four calls of one segment; eight at most, whatever the chooser does)

@@ -128,6 +128,7 @@ struct TuneResult {
   double pick_ref = 0.0; // the pick's time in the last window within 1.5x (0: none yet)
   int drifted = 0;       // windows in a row more than 1.5x away from pick_ref
   int recheck = -1;      // after a switch: the old pick's index in others, its next challenger
+  int cold = 0;          // untimed calls so far of a challenging window step (its store times)
 };
 
 // The watch's verdict at the end of a window, from times agreed over ranks: the pick's
