@@ -6,7 +6,8 @@
 //   mpirun -np P build/pipetrain-bench window [--samples 60]   (all ranks on one node)
 // allreduce: OSU-style (each call timed alone between barriers; avg/min/max over ranks of each
 // rank's mean) for MPI_Allreduce, every comm.allreduce algorithm, "auto" (measured choice),
-// "model" (auto with comm.autotune = false) and MPI_Allreduce again (the run's noise floor),
+// "model" (auto with comm.autotune = false), MPI_Allreduce again (the run's noise floor) and
+// hierarchical again (another instance, with its own shared window: the instances' spread),
 // interleaved call by call so that drift on a shared machine hits all columns alike. Each rank
 // rewrites its buffer before every call, as the backward writes the gradients, so no column
 // inherits the cache state another one left (a call that follows the same algorithm measured up
@@ -95,34 +96,39 @@ int ranks_per_node(const Args& a, MPI_Comm comm) {
 
 // ---- allreduce --------------------------------------------------------------------------------
 
-// The window step's store choosers of the hierarchical column and of auto's instance at one
-// size, every rank's (each chooses alone): the kind in use and both kinds' smoothed ns per
-// float. Two instances that run the same algorithm at different speeds often differ here.
-void print_window_stores(double bytes, std::size_t n, const pt::Allreducer& column,
-                         const pt::Allreducer& tuned, int rank, int p) {
-  double mine[8] = {};
-  int have = 0;
-  for (int i = 0; i < 2; ++i) {
-    const auto st = (i == 0 ? column : tuned).window_stores_of(n);
-    if (!st) continue;
-    ++have;
+// The window step's store choosers of the instances given (name, Allreducer) at one size, every
+// rank's (each chooses alone): the kind in use and both kinds' smoothed ns per float. Two
+// instances that run the same algorithm at different speeds often differ here.
+void print_window_stores(double bytes, std::size_t n,
+                         const std::vector<std::pair<const char*, const pt::Allreducer*>>& inst,
+                         int rank, int p) {
+  const std::size_t m = inst.size();
+  std::vector<double> mine(4 * m);
+  int have = 1;
+  for (std::size_t i = 0; i < m; ++i) {
+    const auto st = inst[i].second->window_stores_of(n);
+    if (!st) {
+      have = 0;
+      continue;
+    }
     mine[4 * i] = st->kind();
     mine[4 * i + 1] = st->per_float(0) * 1e9;
     mine[4 * i + 2] = st->per_float(1) * 1e9;
     mine[4 * i + 3] = static_cast<double>(st->segments_timed());
   }
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (have < 2) return; // no window, or cached stores only at this size
-  std::vector<double> all(rank == 0 ? 8 * static_cast<std::size_t>(p) : 0);
-  PT_MPI(MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  if (have == 0) return; // no window, or cached stores only at this size
+  std::vector<double> all(rank == 0 ? mine.size() * static_cast<std::size_t>(p) : 0);
+  PT_MPI(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                    static_cast<int>(mine.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD));
   if (rank != 0) return;
   std::printf("%12.0f # window stores per rank (kind in use, 0 cached 1 streaming; ns per float "
               "cached/streaming; segments timed):",
               bytes);
-  for (int i = 0; i < 2; ++i) {
-    std::printf(" %s", i == 0 ? "hierarchical" : "auto");
+  for (std::size_t i = 0; i < m; ++i) {
+    std::printf(" %s", inst[i].first);
     for (int r = 0; r < p; ++r) {
-      const double* v = &all[8 * static_cast<std::size_t>(r) + 4 * static_cast<std::size_t>(i)];
+      const double* v = &all[(static_cast<std::size_t>(r) * m + i) * 4];
       std::printf(" r%d %.0f %.3f/%.3f %.0f", r, v[0], v[1], v[2], v[3]);
     }
   }
@@ -145,11 +151,12 @@ int bench_allreduce(const Args& a) {
   };
   std::vector<Column> cols;
   for (const char* name : {"mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical",
-                           "torus2d", "auto", "model", "mpi-again"}) {
+                           "torus2d", "auto", "model", "mpi-again", "hierarchical-again"}) {
     pt::AllreduceOptions opt;
     std::string deck_name = name;
     if (deck_name == "model") deck_name = "auto";
     if (deck_name == "mpi-again") deck_name = "mpi";
+    if (deck_name == "hierarchical-again") deck_name = "hierarchical";
     opt.algo = pt::parse_allreduce(deck_name);
     opt.tune = std::string(name) == "auto";
     opt.node_size = g;
@@ -157,8 +164,8 @@ int bench_allreduce(const Args& a) {
     cols.push_back({name, std::make_unique<pt::Allreducer>(MPI_COMM_WORLD, opt)});
   }
   const std::size_t nc = cols.size();
-  const std::size_t n_algos = nc - 4; // ring .. torus2d: columns 1 .. n_algos
-  const std::size_t k_auto = nc - 3, k_model = nc - 2, k_again = nc - 1;
+  const std::size_t n_algos = 5; // ring .. torus2d: columns 1 .. n_algos
+  const std::size_t k_auto = 6, k_model = 7, k_again = 8, k_hier_again = 9;
   const std::size_t k_hier = 4; // the fifth name above
   if (rank == 0) {
     std::printf("# pipetrain-bench allreduce: float32 sum, %d ranks, %d per node, topology model "
@@ -255,7 +262,11 @@ int bench_allreduce(const Args& a) {
       }
       std::printf("\n");
     }
-    print_window_stores(row.bytes, n, *cols[k_hier].red, *cols[k_auto].red, rank, p);
+    print_window_stores(row.bytes, n,
+                        {{"hierarchical", cols[k_hier].red.get()},
+                         {"hierarchical-again", cols[k_hier_again].red.get()},
+                         {"auto", cols[k_auto].red.get()}},
+                        rank, p);
     if (rank == 0) std::fflush(stdout);
     rows.push_back(row);
   }
@@ -263,12 +274,13 @@ int bench_allreduce(const Args& a) {
     std::printf("\n# summary: time / MPI_Allreduce's; best = fastest of ours; auto and model: "
                 "their time over the fastest column (MPI_Allreduce included); pick/best: the "
                 "column of auto's pick over the fastest; noise: the second MPI_Allreduce column "
-                "over the first; sw/re: auto's switches and re-measurements\n%10s",
+                "over the first; hier2: the second hierarchical column (another instance, with "
+                "its own window) over the first; sw/re: auto's switches and re-measurements\n%10s",
                 "bytes");
     for (std::size_t k = 1; k <= n_algos; ++k) std::printf(" %9.9s", cols[k].name.c_str());
-    std::printf(" %9s %9s %-18s %5s %9s %9s %-18s %9s %6s\n", "best", "auto", "auto picks", "sw/re",
-                "auto/best", "pick/best", "model picks", "model/best", "noise");
-    double worst = 0.0, worst_pick = 0.0, worst_model = 0.0, worst_noise = 0.0;
+    std::printf(" %9s %9s %-18s %5s %9s %9s %-18s %9s %6s %6s\n", "best", "auto", "auto picks",
+                "sw/re", "auto/best", "pick/best", "model picks", "model/best", "noise", "hier2");
+    double worst = 0.0, worst_pick = 0.0, worst_model = 0.0, worst_noise = 0.0, worst_inst = 0.0;
     for (const Row& r : rows) {
       std::printf("%10s", human(r.bytes).c_str());
       double best = 1e30;
@@ -283,9 +295,11 @@ int bench_allreduce(const Args& a) {
       worst_pick = std::max(worst_pick, rel_pick);
       worst_model = std::max(worst_model, rel_model);
       worst_noise = std::max(worst_noise, std::max(r.ratio[k_again], 1.0 / r.ratio[k_again]));
-      std::printf(" %9.2f %9.2f %-18s %5s %9.2f %9.2f %-18s %9.2f %6.2f\n", best, r.ratio[k_auto],
-                  r.auto_pick.c_str(), r.auto_changes.c_str(), rel, rel_pick, r.model_pick.c_str(),
-                  rel_model, r.ratio[k_again]);
+      const double inst = r.ratio[k_hier_again] / r.ratio[k_hier];
+      worst_inst = std::max(worst_inst, std::max(inst, 1.0 / inst));
+      std::printf(" %9.2f %9.2f %-18s %5s %9.2f %9.2f %-18s %9.2f %6.2f %6.2f\n", best,
+                  r.ratio[k_auto], r.auto_pick.c_str(), r.auto_changes.c_str(), rel, rel_pick,
+                  r.model_pick.c_str(), rel_model, r.ratio[k_again], inst);
     }
     std::printf("# auto is within %.0f%% of the fastest column at every size (model alone: "
                 "%.0f%%); the same MPI_Allreduce timed twice differs by up to %.0f%%\n",
@@ -293,6 +307,9 @@ int bench_allreduce(const Args& a) {
     std::printf("# auto's final pick, timed in its own column, is within %.0f%% of the fastest "
                 "column at every size (the choice alone, without auto's instance and watch)\n",
                 (worst_pick - 1.0) * 100.0);
+    std::printf(
+        "# two instances of hierarchical, each with its own window, differ by up to %.0f%%\n",
+        (worst_inst - 1.0) * 100.0);
   }
   return 0;
 }
