@@ -104,7 +104,9 @@ void measurement_drops(int round, const std::vector<double>& fastest_call,
 // and the pick. The model's choice wins near-ties (within 3%).
 // Afterwards each window of 64 calls ends with a burst of five calls of one of the other
 // candidates (watch_role): those that stayed within 1.5x in turn, and in every 4th window one of
-// those that dropped out (they may have become the fastest). A challenger measured far behind
+// those that dropped out (they may have become the fastest). A window step that challenges
+// first repeats its untimed call until its store chooser has timed both kinds afresh (up to 8
+// calls: its times may date from another state of the machine). A challenger measured far behind
 // gets longer windows (up to 1,024 calls), so trying it costs about 2% of the pick's time or
 // less. The challenger replaces the pick when its calls were more than 3% faster (a machine
 // whose cross-core or network cost drifts changes its fastest algorithm). The three calls
