@@ -733,19 +733,19 @@ void measurement_drops(int round, const std::vector<double>& fastest_call,
   }
 }
 
-// auto's measurement of a new size, on the caller's own calls (STAR-MPI's approach: Faraj, Yuan
-// & Lowenthal, ICS 2006): successive calls run each distinct algorithm in turn, after a barrier.
-// Each candidate runs two calls in a row, the second timed: the first sets up windows,
-// sub-communicators and scratch, and brings back into cache the memory that the other
-// candidates' calls pushed out (a window step timed alone among other algorithms' calls ran up
-// to 2x slower than in a run of its own calls: docs/collectives.md). After each of the first
-// two rounds the slow ones drop out (measurement_drops), and the others get more rounds: as
-// many as fit 20 ms of the fastest one's calls, 3 to 10 in all (a trainer calls each bucket
-// size once per step, or a few times: at most 6 x 2 x 10 calls). Every rank takes the mean of
-// each candidate's fastest 2/3 of calls (with 3 rounds one slow call does not decide), the max
-// over ranks decides, so all ranks pick alike at the same call; the model's choice stays unless
-// another is more than 3% faster. Every call returns the exact sum; which algorithm rounded it
-// differs between calls.
+// auto's measurement of a new size, on the caller's own calls (STAR-MPI's approach: Faraj, Yuan &
+// Lowenthal, ICS 2006): successive calls run each distinct algorithm in turn, after a barrier. Each
+// candidate runs two calls in a row, the second timed: the first sets up windows, sub-communicators
+// and scratch, and brings back into cache the memory that the other candidates' calls pushed out (a
+// window step timed alone among other algorithms' calls ran up to 2x slower than in a run of its
+// own calls: docs/collectives.md). After each of the first two rounds the slow ones drop out
+// (measurement_drops), and the others get more rounds: as many as fit 20 ms of the fastest one's
+// calls, 3 to 10 in all (a trainer calls each bucket size once per step, or a few times: at most
+// 6 x 2 x 10 calls, and 7 untimed ones of the window step while its stores are timed). Every rank
+// takes the mean of each candidate's fastest 2/3 of calls (with 3 rounds one slow call does not
+// decide), the max over ranks decides, so all ranks pick alike at the same call; the model's choice
+// stays unless another is more than 3% faster. Every call returns the exact sum; which algorithm
+// rounded it differs between calls.
 void Allreducer::tuning_call(float* buf, std::size_t n) {
   std::unique_ptr<Trial>& tr = trials_[n];
   if (!tr) tr = std::make_unique<Trial>();
