@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -260,6 +261,17 @@ double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in) {
   double s = 0.0;
   for (std::size_t i = 0; i < keep; ++i) s += seconds[i];
   return s / static_cast<double>(keep);
+}
+
+double error_of_fastest(std::vector<double> seconds, std::size_t drop_one_in) {
+  std::sort(seconds.begin(), seconds.end());
+  const std::size_t keep = std::max<std::size_t>(1, seconds.size() - seconds.size() / drop_one_in);
+  if (seconds.size() < 2 || keep < 2) return 0.0;
+  const double mean = mean_of_fastest(seconds, drop_one_in);
+  double ss = 0.0;
+  for (std::size_t i = 0; i < keep; ++i) ss += (seconds[i] - mean) * (seconds[i] - mean);
+  const auto k = static_cast<double>(keep);
+  return std::sqrt(ss / (k - 1.0) / k);
 }
 
 std::optional<AllreduceAlgo> parse_allreduce(const std::string& name) {
@@ -558,11 +570,12 @@ void Allreducer::sum(float* buf, std::size_t n) {
 }
 
 WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger, int drifted_before,
-                           int needed) {
+                           int needed, double error) {
   if (pick_ref > 0.0 && (pick_now > 1.5 * pick_ref || pick_ref > 1.5 * pick_now)) {
     return drifted_before + 1 >= needed ? WatchVerdict::remeasure : WatchVerdict::drifted;
   }
-  return challenger < 0.97 * pick_now ? WatchVerdict::challenger : WatchVerdict::keep;
+  const bool faster = challenger < 0.97 * pick_now && pick_now - challenger > 2.0 * error;
+  return faster ? WatchVerdict::challenger : WatchVerdict::keep;
 }
 
 namespace {
@@ -631,12 +644,14 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
   if (challenge) w.other_s.push_back(MPI_Wtime() - t0);
   if (w.calls < 4 * period) return;
   w.calls = 0;
-  double t[2] = {mean_of_fastest(w.pick_s, 5), mean_of_fastest(w.other_s, 5)};
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm_));
+  const double ep = error_of_fastest(w.pick_s, 5), eo = error_of_fastest(w.other_s, 5);
+  double t[3] = {mean_of_fastest(w.pick_s, 5), mean_of_fastest(w.other_s, 5),
+                 std::sqrt(ep * ep + eo * eo)}; // the largest error of any rank decides
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, comm_));
   w.pick_s.clear();
   w.other_s.clear();
   const WatchVerdict v =
-      watch_verdict(w.pick_ref, t[0], t[1], w.drifted, 2 << std::min(w.remeasures, 4));
+      watch_verdict(w.pick_ref, t[0], t[1], w.drifted, 2 << std::min(w.remeasures, 4), t[2]);
   w.drifted = v == WatchVerdict::drifted ? w.drifted + 1 : 0;
   if (v == WatchVerdict::remeasure) { // every rank agrees: the next call starts a new trial
     // the window's store times are from before the change too: time both kinds again

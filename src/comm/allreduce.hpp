@@ -133,13 +133,21 @@ struct TuneResult {
   int cold = 0;          // untimed calls so far of a challenging window step (its store times)
 };
 
+// The standard error of mean_of_fastest's mean: the standard deviation of the calls it keeps
+// over the square root of their number (0 with fewer than two).
+double error_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
+
 // The watch's verdict at the end of a window, from times agreed over ranks: the pick's
 // reference time (0: none), its time in this window and the challenger's (none run: 1e30), how
-// many windows right before this one were more than 1.5x away from the reference, and how many
-// in a row a re-measurement needs.
+// many windows right before this one were more than 1.5x away from the reference, how many
+// in a row a re-measurement needs, and the standard error of the difference of the two times.
+// The challenger wins when it is more than 3% faster and the difference is more than twice its
+// standard error: below a microsecond a call's time jitters by more than the algorithms differ,
+// and a 3% margin alone switched between recursive doubling and MPI_Allreduce up to 6 times in a
+// benchmark row (docs/collectives.md, "Stop 18").
 enum class WatchVerdict { keep, challenger, drifted, remeasure };
 WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger, int drifted_before,
-                           int needed);
+                           int needed, double error);
 
 // The watch's bookkeeping after a window's verdict (keep or challenger; the others change
 // nothing here), with slot the window's challenger (in others or dropped) and the window's

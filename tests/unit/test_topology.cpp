@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -180,18 +181,25 @@ TEST(AutoMeasurement, CloseCandidatesGetASecondCall) {
 
 TEST(AutoWatch, VerdictFollowsTheTimes) {
   using V = pt::WatchVerdict;
-  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 1e30, 0, 2), V::keep); // first window, no challenger
-  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 98e-6, 0, 2), V::keep);
-  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 96e-6, 0, 2), V::challenger);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 140e-6, 1e30, 0, 2), V::keep);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 140e-6, 1e30, 1, 2), V::keep);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 0, 2), V::drifted); // slower, once
-  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 1, 2), V::remeasure);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 60e-6, 1e30, 0, 2), V::drifted); // faster
-  EXPECT_EQ(pt::watch_verdict(100e-6, 60e-6, 1e30, 1, 2), V::remeasure);
-  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 10e-6, 1, 2), V::remeasure); // before a switch
-  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 1, 4), V::drifted);    // after re-measuring
-  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 3, 4), V::remeasure);
+  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 1e30, 0, 2, 0.0),
+            V::keep); // first window, no challenger
+  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 98e-6, 0, 2, 0.0), V::keep);
+  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 96e-6, 0, 2, 0.0), V::challenger);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 140e-6, 1e30, 0, 2, 0.0), V::keep);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 140e-6, 1e30, 1, 2, 0.0), V::keep);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 0, 2, 0.0), V::drifted); // slower, once
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 1, 2, 0.0), V::remeasure);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 60e-6, 1e30, 0, 2, 0.0), V::drifted); // faster
+  EXPECT_EQ(pt::watch_verdict(100e-6, 60e-6, 1e30, 1, 2, 0.0), V::remeasure);
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 10e-6, 1, 2, 0.0), V::remeasure); // before a switch
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 1, 4, 0.0), V::drifted); // after re-measuring
+  EXPECT_EQ(pt::watch_verdict(100e-6, 160e-6, 1e30, 3, 4, 0.0), V::remeasure);
+  // a challenger 10% faster, by less than twice the difference's standard error: noise
+  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 90e-6, 0, 2, 6e-6), V::keep);
+  EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 90e-6, 0, 2, 4e-6), V::challenger);
+  EXPECT_DOUBLE_EQ(pt::error_of_fastest({4.0, 1.0, 2.0, 3.0, 100.0}, 5),
+                   std::sqrt(5.0 / 3.0 / 4.0)); // 1..4 kept: sd sqrt(5/3), over sqrt(4)
+  EXPECT_EQ(pt::error_of_fastest({2.0}, 5), 0.0);
   EXPECT_EQ(pt::mean_of_fastest({}, 5), 1e30);
   EXPECT_DOUBLE_EQ(pt::mean_of_fastest({4.0, 1.0, 2.0, 3.0, 100.0}, 5), 2.5);
 }
