@@ -99,22 +99,21 @@ double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 void measurement_drops(int round, const std::vector<double>& fastest_call,
                        std::vector<char>& alive);
 
-// What auto's measurement found for one message size: every candidate's time (max over ranks of
-// its mean fastest-2/3 call; one that dropped out keeps its fastest call at the drop)
-// and the pick. The model's choice wins near-ties (within 3%).
-// Afterwards each window of 64 calls ends with a burst of five calls of one of the other
-// candidates (watch_role): those that stayed within 1.5x in turn, and in every 4th window one of
-// those that dropped out (they may have become the fastest). A window step that challenges
-// first repeats its untimed call until its store chooser has timed both kinds afresh (up to 8
-// calls: its times may date from another state of the machine). A challenger measured far behind
-// gets longer windows (up to 1,024 calls), so trying it costs about 2% of the pick's time or
-// less. The challenger replaces the pick when its calls were more than 3% faster (a machine
-// whose cross-core or network cost drifts changes its fastest algorithm). The three calls
-// before each burst time the pick: when its time is more than 1.5x away (either way) from
-// the last window that was not, in two windows in a row, the costs have changed under it: the
-// size is measured again from scratch. Each re-measurement doubles the windows in a row that
-// the next one needs (up to 32), so a machine whose costs flip back and forth does not spend
-// its time measuring.
+// What auto's measurement found for one message size: every candidate's time (max over ranks of its
+// mean fastest-2/3 call; one that dropped out keeps its fastest call at the drop) and the pick. The
+// model's choice wins near-ties (within 3%). Afterwards each window of 64 calls ends with a burst
+// of five calls of one of the other candidates (watch_role): those that stayed within 1.5x in turn,
+// and in every 4th window one of those that dropped out (they may have become the fastest). A
+// window step that challenges first repeats its untimed call until its store chooser has timed both
+// kinds afresh (up to 8 calls: its times may date from another state of the machine). A challenger
+// measured far behind gets longer windows (up to 1,024 calls), so trying it costs about 2% of the
+// pick's time or less. The challenger replaces the pick when its calls were more than 3% faster,
+// beyond their noise (watch_verdict): a machine whose cross-core or network cost drifts changes its
+// fastest algorithm. The three calls before each burst time the pick: when its time is more than
+// 1.5x away (either way) from the last window that was not, in two windows in a row, the costs have
+// changed under it: the size is measured again from scratch. Each re-measurement doubles the
+// windows in a row that the next one needs (up to 32), so a machine whose costs flip back and forth
+// does not spend its time measuring.
 struct TuneResult {
   AllreduceAlgo pick = AllreduceAlgo::ring;
   AllreduceAlgo model = AllreduceAlgo::ring;
