@@ -296,6 +296,7 @@ struct Allreducer::Groups {
   // seen for the first time starts from the class timed last (StoreChooser::seed)
   std::array<StoreChooser, 8> choice;
   const StoreChooser* last = nullptr; // the chooser of the segment size timed last
+  WindowStepTimes times;              // of the segments with a chooser, since the start
 };
 
 struct Allreducer::Trial {
@@ -505,9 +506,13 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     sync(); // nobody overwrites the window before everyone has read it
     // a first step after the window grew runs cold: not learned from
     if (chooser != nullptr && !grown) {
-      const std::chrono::duration<double> took = (t1 - t0) + (Clock::now() - t2);
+      const auto t3 = Clock::now();
+      const std::chrono::duration<double> took = (t1 - t0) + (t3 - t2), wait = t2 - t1;
       chooser->learn(stores, took.count() / static_cast<double>(w));
       g.last = chooser;
+      g.times.timed += took.count();
+      g.times.wait += wait.count();
+      ++g.times.segments;
     }
   }
 }
@@ -715,6 +720,12 @@ std::optional<StoreChooser> Allreducer::window_stores_of(std::size_t n) const {
   const StoreChooser* st = const_cast<Allreducer*>(this)->window_stores(n);
   if (st == nullptr) return std::nullopt;
   return *st;
+}
+
+WindowStepTimes Allreducer::window_step_times() const {
+  const int c = two_level_row(AllreduceAlgo::hierarchical, size_, opt_.node_size);
+  const auto g = groups_.find(c);
+  return g == groups_.end() ? WindowStepTimes{} : g->second->times;
 }
 
 bool Allreducer::window_stores_known(std::size_t n) {

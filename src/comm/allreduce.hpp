@@ -73,6 +73,14 @@ private:
   int tried_ = 0;
 };
 
+// Where the window step's time went, summed over its segments with a store chooser since the
+// Allreducer was made (for the bench's report): the timed parts (what the chooser learns from)
+// and the one untimed part, the wait at the synchronization after the copy-in.
+struct WindowStepTimes {
+  double timed = 0.0, wait = 0.0; // seconds
+  std::uint64_t segments = 0;
+};
+
 struct AllreduceOptions {
   std::optional<AllreduceAlgo> algo; // nullopt: auto (the model's choice, or measured: tune)
   int node_size = 0;                 // ranks per node, consecutive ranks; 0 or 1: one per node
@@ -198,6 +206,7 @@ public:
   // This rank's store chooser of the window step for n floats, as it stands (for the bench's
   // report), or none: no window yet, or stores not adaptive for that segment size.
   std::optional<StoreChooser> window_stores_of(std::size_t n) const;
+  WindowStepTimes window_step_times() const; // this rank's, of hierarchical's window
 
 private:
   struct Groups; // row/column communicators of a two-level scheme and the node's window

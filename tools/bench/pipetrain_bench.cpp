@@ -23,6 +23,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -101,9 +102,10 @@ int ranks_per_node(const Args& a, MPI_Comm comm) {
 // instances that run the same algorithm at different speeds often differ here.
 void print_window_stores(double bytes, std::size_t n,
                          const std::vector<std::pair<const char*, const pt::Allreducer*>>& inst,
-                         int rank, int p) {
+                         const std::vector<std::array<double, 2>>& step_us, int rank, int p) {
+  constexpr std::size_t kv = 6; // values per instance and rank
   const std::size_t m = inst.size();
-  std::vector<double> mine(4 * m);
+  std::vector<double> mine(kv * m);
   int have = 1;
   for (std::size_t i = 0; i < m; ++i) {
     const auto st = inst[i].second->window_stores_of(n);
@@ -111,10 +113,12 @@ void print_window_stores(double bytes, std::size_t n,
       have = 0;
       continue;
     }
-    mine[4 * i] = st->kind();
-    mine[4 * i + 1] = st->per_float(0) * 1e9;
-    mine[4 * i + 2] = st->per_float(1) * 1e9;
-    mine[4 * i + 3] = static_cast<double>(st->segments_timed());
+    mine[kv * i] = st->kind();
+    mine[kv * i + 1] = st->per_float(0) * 1e9;
+    mine[kv * i + 2] = st->per_float(1) * 1e9;
+    mine[kv * i + 3] = static_cast<double>(st->segments_timed());
+    mine[kv * i + 4] = step_us[i][0];
+    mine[kv * i + 5] = step_us[i][1];
   }
   PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (have == 0) return; // no window, or cached stores only at this size
@@ -123,13 +127,14 @@ void print_window_stores(double bytes, std::size_t n,
                     static_cast<int>(mine.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD));
   if (rank != 0) return;
   std::printf("%12.0f # window stores per rank (kind in use, 0 cached 1 streaming; ns per float "
-              "cached/streaming; segments timed):",
+              "cached/streaming; segments timed; per timed call, us: the step's timed parts + "
+              "the untimed wait after the copy-in):",
               bytes);
   for (std::size_t i = 0; i < m; ++i) {
     std::printf(" %s", inst[i].first);
     for (int r = 0; r < p; ++r) {
-      const double* v = &all[(static_cast<std::size_t>(r) * m + i) * 4];
-      std::printf(" r%d %.0f %.3f/%.3f %.0f", r, v[0], v[1], v[2], v[3]);
+      const double* v = &all[(static_cast<std::size_t>(r) * m + i) * kv];
+      std::printf(" r%d %.0f %.3f/%.3f %.0f %.1f+%.1f", r, v[0], v[1], v[2], v[3], v[4], v[5]);
     }
   }
   std::printf("\n");
@@ -208,6 +213,11 @@ int bench_allreduce(const Args& a) {
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &est, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     const int iters = std::clamp(static_cast<int>(seconds / std::max(est, 1e-7)), 10, 5000);
     std::vector<std::vector<double>> calls(nc);
+    const std::array<std::size_t, 3> traced = {k_hier, k_hier_again, k_auto};
+    std::array<pt::WindowStepTimes, 3> before;
+    for (std::size_t i = 0; i < traced.size(); ++i) {
+      before[i] = cols[traced[i]].red->window_step_times();
+    }
     for (int it = 0; it < iters; ++it) {
       for (std::size_t j = 0; j < nc; ++j) {
         const std::size_t k = (j + static_cast<std::size_t>(it)) % nc; // each column in turn
@@ -262,11 +272,17 @@ int bench_allreduce(const Args& a) {
       }
       std::printf("\n");
     }
+    std::vector<std::array<double, 2>> step_us; // per timed call of each traced column
+    for (std::size_t i = 0; i < traced.size(); ++i) {
+      const pt::WindowStepTimes now = cols[traced[i]].red->window_step_times();
+      step_us.push_back(
+          {(now.timed - before[i].timed) / iters * 1e6, (now.wait - before[i].wait) / iters * 1e6});
+    }
     print_window_stores(row.bytes, n,
                         {{"hierarchical", cols[k_hier].red.get()},
                          {"hierarchical-again", cols[k_hier_again].red.get()},
                          {"auto", cols[k_auto].red.get()}},
-                        rank, p);
+                        step_us, rank, p);
     if (rank == 0) std::fflush(stdout);
     rows.push_back(row);
   }
