@@ -317,10 +317,10 @@ int bench_allreduce(const Args& a) {
                   r.ratio[k_auto], r.auto_pick.c_str(), r.auto_changes.c_str(), rel, rel_pick,
                   r.model_pick.c_str(), rel_model, r.ratio[k_again], inst);
     }
-    std::printf("# auto is within %.0f%% of the fastest column at every size (model alone: "
+    std::printf("# auto is within %.1f%% of the fastest column at every size (model alone: "
                 "%.0f%%); the same MPI_Allreduce timed twice differs by up to %.0f%%\n",
                 (worst - 1.0) * 100.0, (worst_model - 1.0) * 100.0, (worst_noise - 1.0) * 100.0);
-    std::printf("# auto's final pick, timed in its own column, is within %.0f%% of the fastest "
+    std::printf("# auto's final pick, timed in its own column, is within %.1f%% of the fastest "
                 "column at every size (the choice alone, without auto's instance and watch)\n",
                 (worst_pick - 1.0) * 100.0);
     std::printf(
