@@ -272,17 +272,16 @@ int bench_allreduce(const Args& a) {
       }
       std::printf("\n");
     }
+    std::vector<std::pair<const char*, const pt::Allreducer*>> inst;
     std::vector<std::array<double, 2>> step_us; // per timed call of each traced column
     for (std::size_t i = 0; i < traced.size(); ++i) {
-      const pt::WindowStepTimes now = cols[traced[i]].red->window_step_times();
+      const Column& col = cols[traced[i]];
+      const pt::WindowStepTimes now = col.red->window_step_times();
+      inst.emplace_back(col.name.c_str(), col.red.get());
       step_us.push_back(
           {(now.timed - before[i].timed) / iters * 1e6, (now.wait - before[i].wait) / iters * 1e6});
     }
-    print_window_stores(row.bytes, n,
-                        {{"hierarchical", cols[k_hier].red.get()},
-                         {"hierarchical-again", cols[k_hier_again].red.get()},
-                         {"auto", cols[k_auto].red.get()}},
-                        step_us, rank, p);
+    print_window_stores(row.bytes, n, inst, step_us, rank, p);
     if (rank == 0) std::fflush(stdout);
     rows.push_back(row);
   }
