@@ -254,23 +254,38 @@ void rabenseifner(float* buf, std::size_t n, const Comm& cm, std::vector<float>&
 
 } // namespace
 
+namespace {
+
+// The calls mean_of_fastest and error_of_fastest keep: all but the slowest size/drop_one_in, at
+// least one (none of none).
+std::vector<double> fastest_kept(std::vector<double> seconds, std::size_t drop_one_in) {
+  std::sort(seconds.begin(), seconds.end());
+  if (!seconds.empty()) {
+    seconds.resize(std::max<std::size_t>(1, seconds.size() - seconds.size() / drop_one_in));
+  }
+  return seconds;
+}
+
+double mean_of(const std::vector<double>& x) {
+  double s = 0.0;
+  for (double v : x) s += v;
+  return s / static_cast<double>(x.size());
+}
+
+} // namespace
+
 double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in) {
   if (seconds.empty()) return 1e30; // nothing measured: never the faster one
-  std::sort(seconds.begin(), seconds.end());
-  const std::size_t keep = std::max<std::size_t>(1, seconds.size() - seconds.size() / drop_one_in);
-  double s = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) s += seconds[i];
-  return s / static_cast<double>(keep);
+  return mean_of(fastest_kept(std::move(seconds), drop_one_in));
 }
 
 double error_of_fastest(std::vector<double> seconds, std::size_t drop_one_in) {
-  std::sort(seconds.begin(), seconds.end());
-  const std::size_t keep = std::max<std::size_t>(1, seconds.size() - seconds.size() / drop_one_in);
-  if (seconds.size() < 2 || keep < 2) return 0.0;
-  const double mean = mean_of_fastest(seconds, drop_one_in);
+  const std::vector<double> kept = fastest_kept(std::move(seconds), drop_one_in);
+  if (kept.size() < 2) return 0.0;
+  const double mean = mean_of(kept);
   double ss = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) ss += (seconds[i] - mean) * (seconds[i] - mean);
-  const auto k = static_cast<double>(keep);
+  for (double v : kept) ss += (v - mean) * (v - mean);
+  const auto k = static_cast<double>(kept.size());
   return std::sqrt(ss / (k - 1.0) / k);
 }
 
@@ -632,14 +647,11 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
     // its timed ones: its store times may date from when the machine ran otherwise, and a
     // window step that is not the pick runs too seldom for its chooser's own tries of the
     // other kind (docs/collectives.md, "Stop 18").
-    StoreChooser* const st =
-        challenge && algo == AllreduceAlgo::hierarchical ? window_stores(n) : nullptr;
-    if (st != nullptr && w.cold == 0) st->forget();
-    run(algo, buf, n);
-    if (st != nullptr && ++w.cold < 8 && !window_stores_known(n)) {
-      --w.calls; // the burst's warm call again
-    } else {
+    if (!challenge) return run(algo, buf, n);
+    if (warm_call(algo, buf, n, w.cold, true)) {
       w.cold = 0;
+    } else {
+      --w.calls; // the burst's warm call again
     }
     return;
   }
@@ -707,25 +719,39 @@ AllreduceAlgo* watch_challenger(TuneResult& w) {
   return nullptr;
 }
 
-StoreChooser* Allreducer::window_stores(std::size_t n) {
+Allreducer::Groups* Allreducer::window_group() const {
   const int c = two_level_row(AllreduceAlgo::hierarchical, size_, opt_.node_size);
   if (c <= 0) return nullptr;
   const auto g = groups_.find(c);
   if (g == groups_.end() || !g->second->shared) return nullptr; // no window: a ring
-  return store_chooser(opt_.window_stores, g->second->choice, std::min(n, kWindowSegmentFloats));
+  return g->second;
+}
+
+StoreChooser* Allreducer::window_stores(std::size_t n) const {
+  Groups* g = window_group();
+  if (g == nullptr) return nullptr;
+  return store_chooser(opt_.window_stores, g->choice, std::min(n, kWindowSegmentFloats));
 }
 
 std::optional<StoreChooser> Allreducer::window_stores_of(std::size_t n) const {
-  // window_stores only looks up: the chooser is copied out, nothing changes
-  const StoreChooser* st = const_cast<Allreducer*>(this)->window_stores(n);
+  const StoreChooser* st = window_stores(n);
   if (st == nullptr) return std::nullopt;
   return *st;
 }
 
 WindowStepTimes Allreducer::window_step_times() const {
-  const int c = two_level_row(AllreduceAlgo::hierarchical, size_, opt_.node_size);
-  const auto g = groups_.find(c);
-  return g == groups_.end() ? WindowStepTimes{} : g->second->times;
+  const Groups* g = window_group();
+  return g == nullptr ? WindowStepTimes{} : g->times;
+}
+
+bool Allreducer::warm_call(AllreduceAlgo algo, float* buf, std::size_t n, int& cold, bool afresh) {
+  const bool window_step = algo == AllreduceAlgo::hierarchical;
+  if (window_step && afresh && cold == 0) {
+    if (StoreChooser* st = window_stores(n)) st->forget();
+  }
+  run(algo, buf, n); // a first call makes the window and its choosers
+  if (!window_step || window_stores(n) == nullptr) return true;
+  return ++cold >= 8 || window_stores_known(n);
 }
 
 bool Allreducer::window_stores_known(std::size_t n) {
@@ -783,14 +809,9 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   }
   const std::size_t k = tr->cand.size(), c = tr->next;
   if (!tr->warm) { // untimed: a candidate's first call after the others' finds its memory cold
-    if (tr->cand[c] == AllreduceAlgo::hierarchical && tr->round == 0 && tr->cold == 0) {
-      if (StoreChooser* st = window_stores(n)) st->forget(); // times from another size, or stale
-    }
-    run(tr->cand[c], buf, n);
-    // the window step's first calls of a new size also try both kinds of stores, untimed
-    // (four calls of one segment; eight at most, whatever the chooser does)
-    tr->warm =
-        tr->cand[c] != AllreduceAlgo::hierarchical || ++tr->cold >= 8 || window_stores_known(n);
+    // the window step's first calls of a new size also time both kinds of stores afresh (its
+    // times may come from another size, or be stale): four calls of one segment, eight at most
+    tr->warm = warm_call(tr->cand[c], buf, n, tr->cold, tr->round == 0);
     return;
   }
   PT_MPI(MPI_Barrier(comm_));

@@ -219,7 +219,13 @@ private:
   // False while the window step's store chooser for n floats has not timed both kinds (agreed
   // over ranks): auto's measurement keeps that candidate's calls untimed until then.
   bool window_stores_known(std::size_t n);
-  StoreChooser* window_stores(std::size_t n); // the window step's chooser for n, if any
+  Groups* window_group() const;                     // hierarchical's groups, if they have a window
+  StoreChooser* window_stores(std::size_t n) const; // the window step's chooser for n, if any
+  // One untimed call of algo, for auto's measurement or the watch's burst. The window step's
+  // store chooser first forgets its times (afresh, at the first such call: cold 0) and these
+  // calls go on until it has timed both kinds on every rank (window_stores_known), at most 8
+  // (cold counts them). True when the next call may be timed.
+  bool warm_call(AllreduceAlgo algo, float* buf, std::size_t n, int& cold, bool afresh);
   void tuning_call(float* buf, std::size_t n);
   void watched_call(float* buf, std::size_t n, TuneResult& w);
 
