@@ -578,8 +578,15 @@ void Allreducer::run(AllreduceAlgo algo, float* buf, std::size_t n) {
 }
 
 void Allreducer::sum(float* buf, std::size_t n) {
+  if (quiet_ > 0 && n == watch_n_) { // auto's pick, untimed: as a fixed algorithm runs
+    --quiet_;
+    ++quiet_ran_;
+    return run(quiet_pick_, buf, n);
+  }
   if (size_ == 1 || n == 0) return;
   if (opt_.algo || !opt_.tune) return run(algorithm_for(n), buf, n);
+  if (watch_ != nullptr) watch_->calls += quiet_ran_; // the short way's calls counted
+  quiet_ran_ = quiet_ = 0;
   if (n != watch_n_) { // the trainer repeats a few bucket sizes: keep the last one's entry
     auto it = tuned_.find(n);
     if (it == tuned_.end()) return tuning_call(buf, n);
@@ -632,13 +639,30 @@ WatchRole watch_role(std::size_t call, std::size_t period) {
   return WatchRole::pick;
 }
 
+std::size_t watch_quiet(std::size_t call, std::size_t period) {
+  const std::size_t window = 4 * period;
+  if (call + 8 >= window) return 0; // the window's last timed picks and its burst
+  const std::size_t phase = call % period, before_end = window - 8 - call;
+  std::size_t run = 0;
+  if (phase + 4 < period) {
+    run = period - 4 - phase; // up to the period's three timed calls
+  } else if (phase + 1 == period) {
+    run = 1 + (period - 4); // the period's last call and the next one's untimed calls
+  }
+  return std::min(run, before_end);
+}
+
 // auto after its measurement (TuneResult): the pick, challenged in a burst at the end of every
 // window of 4 x period calls (watch_role); after the burst watch_verdict decides.
 void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
   if (w.calls == 0) w.period = challenge_period(w, watch_challenger(w)); // a window starts
   const std::size_t period = w.period;
   const WatchRole role = watch_role(w.calls++, period);
-  if (role == WatchRole::pick) return run(w.pick, buf, n); // untimed: no overhead on 8 B
+  if (role == WatchRole::pick) { // untimed, and so are the next w.quiet calls
+    quiet_ = watch_quiet(w.calls, period);
+    quiet_pick_ = w.pick;
+    return run(w.pick, buf, n);
+  }
   AllreduceAlgo* const slot = watch_challenger(w);
   const bool challenge = role != WatchRole::timed_pick && slot != nullptr;
   const AllreduceAlgo algo = challenge ? *slot : w.pick;

@@ -133,6 +133,7 @@ struct TuneResult {
   // the watch in progress
   std::size_t calls = 0, turn = 0; // calls in this window, windows so far
   std::size_t period = 16;         // calls per challenge in this window (set as it starts)
+  std::size_t quiet = 0;           // untimed calls of the pick that come next (sum()'s short way)
   std::vector<double> pick_s, other_s;
   double pick_ref = 0.0; // the pick's time in the last window within 1.5x (0: none yet)
   int drifted = 0;       // windows in a row more than 1.5x away from pick_ref
@@ -174,6 +175,11 @@ AllreduceAlgo* watch_challenger(TuneResult& w);
 // ones compare the challenger in its steady state with the pick in its own.
 enum class WatchRole { pick, timed_pick, warm_challenger, timed_challenger };
 WatchRole watch_role(std::size_t call, std::size_t period);
+// How many calls in a row, from call on, have watch_role pick (0: call itself has not). sum()
+// runs them without the watch's bookkeeping: on an 8-byte message, where a call takes about
+// 0.3 us on two ranks of one node, that bookkeeping cost auto 4-7% against the column of the
+// same algorithm (docs/collectives.md).
+std::size_t watch_quiet(std::size_t call, std::size_t period);
 // Calls per challenge for the pick's and the challenger's measured times (challenger 0: none):
 // 16, doubled (up to 256) while trying the challenger would cost more than 2% of the pick's
 // time, or while a window (4 periods) would last less than 100 us of the pick's calls, so that
@@ -231,14 +237,18 @@ private:
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  // auto's watched size: sum()'s short way runs the next quiet_ calls of it (untimed picks,
+  // watch_quiet) with no more than these few bytes read, next to what every algorithm reads;
+  // quiet_ran_ of them ran since the watch last counted its calls
+  std::size_t watch_n_ = 0, quiet_ = 0, quiet_ran_ = 0;
+  AllreduceAlgo quiet_pick_ = AllreduceAlgo::mpi;
+  TuneResult* watch_ = nullptr; // the entry of watch_n_
   AllreduceOptions opt_;
   std::vector<float> tmp_, tmp2_; // scratch kept between calls
   std::map<int, Groups*> groups_;
   bool used_shm_ = false;
   std::map<std::size_t, TuneResult> tuned_;
   std::map<std::size_t, std::unique_ptr<Trial>> trials_;
-  std::size_t watch_n_ = 0; // the last measured size sum() saw, and its entry
-  TuneResult* watch_ = nullptr;
   // auto: the last size's choice (the trainer repeats a few bucket sizes)
   mutable std::size_t last_n_ = 0;
   mutable AllreduceAlgo last_algo_ = AllreduceAlgo::ring;

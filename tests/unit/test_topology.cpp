@@ -238,6 +238,19 @@ TEST(AutoWatch, ChallengerRunsInABurstAfterTheTimedPick) {
   }
 }
 
+// sum()'s short way runs exactly the calls that watch_role makes untimed picks, never one more:
+// each count ends at a call the watch times or at the window's end.
+TEST(AutoWatch, QuietCallsAreTheUntimedPicksInARow) {
+  using R = pt::WatchRole;
+  for (std::size_t period : {16u, 32u, 64u, 256u}) {
+    for (std::size_t call = 0; call < 4 * period; ++call) {
+      std::size_t run = 0;
+      while (call + run < 4 * period && pt::watch_role(call + run, period) == R::pick) ++run;
+      EXPECT_EQ(pt::watch_quiet(call, period), run) << "period " << period << " call " << call;
+    }
+  }
+}
+
 // After a switch the old pick challenges at once: a dropped candidate that won one window on
 // noise is out again one window later, and a switch confirmed by the recheck stays.
 TEST(AutoWatch, SwitchIsRecheckedNextWindow) {

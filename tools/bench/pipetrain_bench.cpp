@@ -11,7 +11,8 @@
 // interleaved call by call so that drift on a shared machine hits all columns alike. Each rank
 // rewrites its buffer before every call, as the backward writes the gradients, so no column
 // inherits the cache state another one left (a call that follows the same algorithm measured up
-// to 30% slower without it), and the order of the columns rotates from one round to the next.
+// to 30% slower without it), with values that differ from page to page as gradients do (not
+// zeros), and the order of the columns is shuffled in every round.
 // t90 = max over ranks of the mean of each rank's fastest 90% of calls: a stalled call (a
 // descheduled rank) moves a mean of 10 calls by 2x, and a median flips between two levels a
 // time alternates between; algbw, busbw (nccl-tests: algbw * 2(p-1)/p) and vs_mpi (time /
@@ -33,7 +34,9 @@
 #include <fstream>
 #include <memory>
 #include <new>
+#include <numeric>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,6 +46,13 @@
 #include "util/errors.hpp"
 
 namespace {
+
+// What a backward leaves in a gradient bucket before its all-reduce: values that differ from one
+// 4 KiB page to the next (a hash of the index, whole numbers 0-255: sums over ranks stay exact).
+void fill_like_gradients(float* buf, std::size_t n) {
+  std::uint32_t h = 0;
+  for (std::size_t i = 0; i < n; ++i, h += 2654435761u) buf[i] = static_cast<float>(h >> 24);
+}
 
 struct Args {
   std::vector<std::string> rest;
@@ -190,6 +200,9 @@ int bench_allreduce(const Args& a) {
   };
   std::vector<Row> rows;
   std::vector<float> buf;
+  std::vector<std::size_t> order(nc);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::mt19937 shuffler(20261123);
   for (double bytes = min_bytes; bytes <= max_bytes * 1.0000001; bytes *= 2) {
     const std::size_t n = static_cast<std::size_t>(bytes) / sizeof(float);
     buf.assign(n, 0.0f); // sums of zeros stay finite over any number of calls
@@ -197,8 +210,8 @@ int bench_allreduce(const Args& a) {
     // windows and sub-communicators), at least two and until auto has measured its choice;
     // the last one's mean time per call sets the number of timed calls
     auto time_call = [&](std::size_t k) {
-      std::memset(buf.data(), 0, n * sizeof(float)); // fresh in this rank's cache, as after
-      MPI_Barrier(MPI_COMM_WORLD);                   // a backward, whatever ran before
+      fill_like_gradients(buf.data(), n); // fresh in this rank's cache, as after
+      MPI_Barrier(MPI_COMM_WORLD);        // a backward, whatever ran before
       const double t0 = MPI_Wtime();
       cols[k].red->sum(buf.data(), n);
       return MPI_Wtime() - t0;
@@ -219,10 +232,11 @@ int bench_allreduce(const Args& a) {
       before[i] = cols[traced[i]].red->window_step_times();
     }
     for (int it = 0; it < iters; ++it) {
-      for (std::size_t j = 0; j < nc; ++j) {
-        const std::size_t k = (j + static_cast<std::size_t>(it)) % nc; // each column in turn
-        calls[k].push_back(time_call(k));
-      }
+      // every column once per round, in an order drawn afresh (the same on every rank: one seed,
+      // and a draw that does not depend on the standard library's distributions), so that no
+      // column always follows the same one and inherits its traces in the caches
+      for (std::size_t i = nc - 1; i > 0; --i) std::swap(order[i], order[shuffler() % (i + 1)]);
+      for (std::size_t k : order) calls[k].push_back(time_call(k));
     }
     std::vector<double> mean(nc), lo(nc), hi(nc), t90(nc);
     for (std::size_t k = 0; k < nc; ++k) {
@@ -413,7 +427,7 @@ int bench_window(const Args& a) {
       const int reps = n >= (std::size_t{1} << 22) ? 2 : n >= (std::size_t{1} << 18) ? 8 : 40;
       for (int it = 0; it < reps; ++it) {
         for (int k = 0; k < 4; ++k) {
-          std::memset(buf.data(), 0, n * sizeof(float));
+          fill_like_gradients(buf.data(), n);
           PT_MPI(MPI_Barrier(sh));
           const double t0 = MPI_Wtime();
           red[static_cast<std::size_t>(k)]->sum(buf.data(), n);
