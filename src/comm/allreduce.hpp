@@ -133,7 +133,6 @@ struct TuneResult {
   // the watch in progress
   std::size_t calls = 0, turn = 0; // calls in this window, windows so far
   std::size_t period = 16;         // calls per challenge in this window (set as it starts)
-  std::size_t quiet = 0;           // untimed calls of the pick that come next (sum()'s short way)
   std::vector<double> pick_s, other_s;
   double pick_ref = 0.0; // the pick's time in the last window within 1.5x (0: none yet)
   int drifted = 0;       // windows in a row more than 1.5x away from pick_ref
@@ -177,7 +176,7 @@ enum class WatchRole { pick, timed_pick, warm_challenger, timed_challenger };
 WatchRole watch_role(std::size_t call, std::size_t period);
 // How many calls in a row, from call on, have watch_role pick (0: call itself has not). sum()
 // runs them without the watch's bookkeeping: on an 8-byte message, where a call takes about
-// 0.3 us on two ranks of one node, that bookkeeping cost auto 4-7% against the column of the
+// 0.3 us on two ranks of one node, that bookkeeping cost auto 3-7% against the column of the
 // same algorithm (docs/collectives.md).
 std::size_t watch_quiet(std::size_t call, std::size_t period);
 // Calls per challenge for the pick's and the challenger's measured times (challenger 0: none):

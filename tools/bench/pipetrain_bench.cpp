@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -205,7 +206,7 @@ int bench_allreduce(const Args& a) {
   std::mt19937 shuffler(20261123);
   for (double bytes = min_bytes; bytes <= max_bytes * 1.0000001; bytes *= 2) {
     const std::size_t n = static_cast<std::size_t>(bytes) / sizeof(float);
-    buf.assign(n, 0.0f); // sums of zeros stay finite over any number of calls
+    buf.assign(n, 0.0f); // rewritten before every call
     // warm-up rounds of every column as the timed ones run (the first allocates scratch,
     // windows and sub-communicators), at least two and until auto has measured its choice;
     // the last one's mean time per call sets the number of timed calls
