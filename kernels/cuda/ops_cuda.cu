@@ -9,7 +9,9 @@
 // scratch) and runs cuBLAS on bf16 inputs with fp32 accumulation and an fp32 result. Attention
 // converts q, k, v (and the incoming gradient) once per call, keeps its probabilities P in bf16
 // inside the att buffer (which then holds B*NH*T*T bf16 values, not floats: only this backend
-// reads it), and has cuBLAS write dP in bf16, over which the softmax backward writes dS. A
+// reads it), and has cuBLAS write dP in bf16, over which the softmax backward writes dS; where
+// flash_attention.hpp takes the shape (GPT-2's head size 64), its kernels run instead and att
+// holds each score row's log-sum-exp and a bf16 copy of the output, no (T, T) matrix. A
 // forward product with a bias adds it in cuBLASLt's epilogue (no broadcast pass, no fp32 read
 // of the result) where cuBLASLt offers that, and falls back to the broadcast otherwise.
 #include <cublasLt.h>
@@ -25,6 +27,7 @@
 #include <string>
 #include <tuple>
 
+#include "cuda/flash_attention.hpp"
 #include "cuda/ops_cuda.hpp"
 
 namespace pt::cuda_ops {
@@ -55,11 +58,13 @@ struct Backend {
   Scratch op_a, op_b;          // bf16 copies of a matrix product's two operands
   Scratch qkv16, dout16, ds16; // attention in bf16: its inputs and dS of one sequence
   Scratch sums;                // sum_squares_each's results
+  Scratch rowdot;              // flash attention backward: sum_d dout * out per row, B*NH*T
   cublasLtHandle_t lt = nullptr;
   void* lt_workspace = nullptr;
   Scratch lt_bias;                                           // the bias, copied to an aligned place
   std::map<std::tuple<int, int, int, int>, LtPlan> lt_plans; // (N, C, OC, output alignment)
   long lt_products = 0; // forward products whose bias cuBLASLt's epilogue added
+  long flash_calls = 0; // attention calls that took flash_attention.cu's kernels
   // matrix products: fp32 inputs and outputs; tensor cores with TF32-rounded inputs when asked
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   bool bf16 = false; // precision "bf16": operands converted to bf16 (see the top of this file)
@@ -663,7 +668,8 @@ void init(int device) {
 void finalize() {
   if (g.stream == nullptr) return;
   cudaStreamSynchronize(g.stream);
-  for (Scratch* x : {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias, &g.sums}) {
+  for (Scratch* x :
+       {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias, &g.sums, &g.rowdot}) {
     free_scratch(*x);
   }
   for (auto& [key, plan] : g.lt_plans) destroy_plan(plan);
@@ -737,6 +743,10 @@ double measure_gemm_flops(double seconds) {
 
 void* stream() {
   return g.stream;
+}
+
+long flash_attention_calls() {
+  return g.flash_calls;
 }
 
 long bias_epilogue_products() {
@@ -881,6 +891,11 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   if (g.bf16) {
     in = reinterpret_cast<const char*>(
         as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_forward"));
+    if (flash::takes(T, C, NH)) { // att keeps row statistics, not P
+      flash::forward(out, att, reinterpret_cast<const bf16*>(in), B, T, C, NH, g.stream);
+      ++g.flash_calls;
+      return;
+    }
   }
   for (int b = 0; b < B; ++b) { // all heads of one sequence per call
     const char* q = in + es * static_cast<std::size_t>(b) * T * C3;
@@ -922,6 +937,14 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_backward"));
     dy = reinterpret_cast<const char*>(
         as_bf16(g.dout16, dout, static_cast<std::size_t>(B) * T, C, C, "attention_backward"));
+    if (flash::takes(T, C, NH)) { // att holds what flash::forward kept
+      float* rowdot = grown<float>(g.rowdot, static_cast<std::size_t>(B) * NH * T,
+                                   "attention_backward row sums");
+      flash::backward(dqkv, rowdot, dout, reinterpret_cast<const bf16*>(dy),
+                      reinterpret_cast<const bf16*>(in), att, B, T, C, NH, g.stream);
+      ++g.flash_calls;
+      return;
+    }
   } else {
     ds = grown<float>(g.dp, static_cast<std::size_t>(NH) * TT, "attention_backward scratch");
   }

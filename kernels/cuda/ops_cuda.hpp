@@ -29,8 +29,9 @@ void finalize();
 void synchronize();
 // Matrix products, on fp32 tensors throughout: "fp32" exact fp32; "tf32" tensor cores with
 // TF32-rounded inputs (about 1e-3 relative); "bf16" tensor cores on bf16 copies of the inputs
-// (about 4e-3 relative, 2^-8), fp32 accumulation and results; attention then also keeps its
-// probabilities in bf16 in the att buffer (see ops_cuda.cu). Throws on other names.
+// (about 4e-3 relative, 2^-8), fp32 accumulation and results; attention then keeps its
+// probabilities in bf16 in the att buffer, or, in the flash kernels, only row statistics and a
+// bf16 copy of its output (see ops_cuda.cu). Throws on other names.
 void set_precision(const std::string& precision);
 void set_tf32(bool on); // set_precision("tf32") or ("fp32")
 // Rate of a 4096^3 matrix product at the current precision (FLOP/s), timed for `seconds`; at
@@ -42,6 +43,9 @@ const char* blas_name(); // "cublas"
 // How many forward products so far added their bias in cuBLASLt's epilogue (precision bf16; the
 // others broadcast it first). For tests and diagnostics.
 long bias_epilogue_products();
+// How many attention calls (forward or backward) took the flash kernels (precision bf16, shapes
+// of flash_attention.hpp); the others ran the cuBLAS path. For tests and diagnostics.
+long flash_attention_calls();
 
 // ---- the ops of kernels/ops.hpp on device memory ---------------------------------------------
 using pt::ops::AdamWStep;

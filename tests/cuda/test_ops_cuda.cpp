@@ -94,24 +94,41 @@ void check_linear(const std::string& tag, double tol) {
   expect_close("matmul_backward_weight dbias" + tag, d_dbias.host(), dbias, tol);
 }
 
-// Attention forward and backward at the current precision. At bf16 the att buffer holds bf16
-// probabilities (the backend's own format), so only fp32 compares it.
-void check_attention(const std::string& tag, double tol, bool compare_att) {
-  const std::size_t n_qkv = static_cast<std::size_t>(N) * 3 * C;
-  const std::size_t n_att = static_cast<std::size_t>(B) * NH * T * T;
-  const auto qkv = random(n_qkv, -1, 1, 30), dout = random(NC, -1, 1, 31);
-  std::vector<float> out(NC), att(n_att), scratch(static_cast<std::size_t>(T) * T);
+// Attention forward and backward at the current precision, on sequences of shape (b, t, c) with
+// nh heads. At bf16 the att buffer holds the backend's own format (bf16 probabilities, or the
+// flash kernels' row statistics), so only fp32 compares it.
+void check_attention(const std::string& tag, double tol, bool compare_att, int b = B, int t = T,
+                     int c = C, int nh = NH) {
+  const std::size_t n_qkv = static_cast<std::size_t>(b) * t * 3 * c;
+  const std::size_t n_out = static_cast<std::size_t>(b) * t * c;
+  const std::size_t n_att = static_cast<std::size_t>(b) * nh * t * t;
+  const auto qkv = random(n_qkv, -1, 1, 30), dout = random(n_out, -1, 1, 31);
+  std::vector<float> out(n_out), att(n_att), scratch(static_cast<std::size_t>(t) * t);
   Dev<float> d_qkv(qkv), d_dout(dout), d_out(out), d_att(att), d_scratch(scratch);
-  ho::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  co::attention_forward(d_out.p, d_att.p, d_qkv.p, B, T, C, NH);
+  ho::attention_forward(out.data(), att.data(), qkv.data(), b, t, c, nh);
+  co::attention_forward(d_out.p, d_att.p, d_qkv.p, b, t, c, nh);
   expect_close("attention_forward out" + tag, d_out.host(), out, tol);
   if (compare_att) expect_close("attention_forward att" + tag, d_att.host(), att, tol);
   auto dqkv = random(n_qkv, -1, 1, 32);
   Dev<float> d_dqkv(dqkv);
-  ho::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C,
-                         NH);
-  co::attention_backward(d_dqkv.p, d_scratch.p, d_dout.p, d_qkv.p, d_att.p, B, T, C, NH);
+  ho::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), b, t, c,
+                         nh);
+  co::attention_backward(d_dqkv.p, d_scratch.p, d_dout.p, d_qkv.p, d_att.p, b, t, c, nh);
   expect_close("attention_backward" + tag, d_dqkv.host(), dqkv, tol);
+}
+
+// The flash kernels (precision bf16, head size 32 or 64) on a sequence of t tokens: t need not
+// be a multiple of their tile of 64. Fails unless they ran, forward and backward.
+void check_flash_attention(int b, int t, int c, int nh) {
+  const long before = co::flash_attention_calls();
+  const std::string tag =
+      " (bf16 flash, T=" + std::to_string(t) + " HS=" + std::to_string(c / nh) + ")";
+  check_attention(tag, 8.0 / 256.0, false, b, t, c, nh);
+  const long ran = co::flash_attention_calls() - before;
+  ++checks;
+  if (ran != 2) ++failures;
+  std::printf("%-4s %-40s %ld of 2 calls\n", ran == 2 ? "ok" : "FAIL",
+              ("flash kernels ran" + tag).c_str(), ran);
 }
 
 void run() {
@@ -185,7 +202,10 @@ void run() {
               co::bias_epilogue_products() > epilogue_before
                   ? "in cuBLASLt's epilogue"
                   : "by a broadcast (no cuBLASLt kernel)");
-  check_attention(" (bf16)", 8.0 / 256.0, false);
+  check_attention(" (bf16)", 8.0 / 256.0, false); // head size 24: the cuBLAS path
+  check_flash_attention(2, 200, 256, 4);          // GPT-2's head size, 4 tiles (the last short)
+  check_flash_attention(1, 64, 128, 4);           // head size 32, one full tile
+  check_flash_attention(3, 37, 128, 2);           // one short tile
   co::set_precision("fp32");
   { // elementwise
     const std::size_t n = 100003;

@@ -1,0 +1,522 @@
+// The kernels of flash_attention.hpp. A block of 4 warps takes one (sequence, head) and one
+// tile of 64 rows; each warp owns 16 of them and walks the other side's tiles of 64, which the
+// block stages in shared memory. Products are mma.sync.m16n8k16 (bf16 in, fp32 accumulation):
+// a thread holds, of a 16x8 fp32 tile, rows g and g+8 (g = lane / 4) at columns 2t and 2t+1
+// (t = lane % 4), and those four values of two neighbouring tiles are, packed to bf16, exactly
+// the thread's part of a 16x16 A operand. So a tile of probabilities goes from one product into
+// the next without leaving registers (the FlashAttention-2 arrangement).
+//
+// Forward, per query tile: S = q k^T, running row maximum m and sum l, O = O * exp(m_old - m) +
+// P v; at the end O / l and the row's log-sum-exp. Backward, with D_i = sum_d dO_id O_id (equal
+// to sum_j P_ij dP_ij): one kernel per key tile for dk, dv (P^T and dS^T = P^T (dP^T - D) against
+// every query tile at or after it), one per query tile for dq (dS against every key tile at or
+// before it). Each gradient is written once by one thread: no atomics, the same bits every run.
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/flash_attention.hpp"
+
+namespace pt::cuda_ops::flash {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kTile = 64;     // rows of a block, and of the tiles it walks
+constexpr int kThreads = 128; // 4 warps x 16 rows
+constexpr int kPad = 8;       // bf16 padding per shared row: the fragment loads hit 32 banks
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t word(const bf16* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// c += a b on one 16x8 tile with k = 16: a row-major 16x16, b column-major 16x8.
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap(); // takes() refuses such devices
+#endif
+}
+
+// The A operand (16x16) whose row 0, column 0 is at x, in a row-major array of ld elements a row.
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* x, int ld) {
+  const int lane = threadIdx.x % 32;
+  const bf16* p = x + (lane / 4) * ld + 2 * (lane % 4);
+  a[0] = word(p);
+  a[1] = word(p + 8 * ld);
+  a[2] = word(p + 8);
+  a[3] = word(p + 8 * ld + 8);
+}
+
+// The B operand (16x8) whose element (k, n) is y[n * ld + k]: B's columns are y's rows.
+__device__ __forceinline__ void load_b(uint32_t& b0, uint32_t& b1, const bf16* y, int ld) {
+  const int lane = threadIdx.x % 32;
+  const bf16* p = y + (lane / 4) * ld + 2 * (lane % 4);
+  b0 = word(p);
+  b1 = word(p + 8);
+}
+
+// A from four accumulator tiles' worth of values: x[j] and x[j + 1] are the 16x8 tiles of
+// columns 16c..16c+7 and 16c+8..16c+15 (j = 2c).
+__device__ __forceinline__ void as_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = pack(lo[0], lo[1]);
+  a[1] = pack(lo[2], lo[3]);
+  a[2] = pack(hi[0], hi[1]);
+  a[3] = pack(hi[2], hi[3]);
+}
+
+// Rows row0..row0+63 (columns 0..HS-1) of a bf16 matrix with ld elements a row and T rows, into
+// dst[64][HS + kPad]; rows from T on are zero.
+template <int HS> __device__ void load_rows(bf16* dst, const bf16* src, int ld, int row0, int T) {
+  constexpr int kPieces = HS / 8; // 16 bytes each
+  for (int i = threadIdx.x; i < kTile * kPieces; i += kThreads) {
+    const int r = i / kPieces, c = (i % kPieces) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row0 + r < T) v = *reinterpret_cast<const uint4*>(src + std::size_t(row0 + r) * ld + c);
+    *reinterpret_cast<uint4*>(dst + r * (HS + kPad) + c) = v;
+  }
+}
+
+// The same rows transposed: dst[d][r] in rows of kTile + kPad.
+template <int HS> __device__ void load_cols(bf16* dst, const bf16* src, int ld, int row0, int T) {
+  constexpr int kPieces = HS / 8;
+  for (int i = threadIdx.x; i < kTile * kPieces; i += kThreads) {
+    const int r = i / kPieces, c = (i % kPieces) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row0 + r < T) v = *reinterpret_cast<const uint4*>(src + std::size_t(row0 + r) * ld + c);
+    const bf16* e = reinterpret_cast<const bf16*>(&v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dst[(c + j) * (kTile + kPad) + r] = e[j];
+  }
+}
+
+// The sum over the 4 threads of a quad (the threads holding one row of a tile).
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// grid (T tiles, B*NH); scale2 = log2(e) / sqrt(HS): scores in base-2 units.
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    forward_k(float* out, float* lse, bf16* out16, const bf16* qkv, int T, int NH, float scale2) {
+  extern __shared__ uint4 smem[];
+  bf16* ks = reinterpret_cast<bf16*>(smem); // [64][HS + kPad], also the queries at first
+  bf16* vt = ks + kTile * (HS + kPad);      // [HS][64 + kPad]: v transposed
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int qt = gridDim.x - 1 - blockIdx.x; // the longest rows first
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
+  const bf16* q = qkv + std::size_t(b) * T * C3 + h * HS;
+  const bf16* k = q + C;
+  const bf16* v = q + 2 * C;
+  const int row0 = qt * kTile + warp * 16; // query of the warp's row 0
+
+  load_rows<HS>(ks, q, C3, qt * kTile, T);
+  __syncthreads();
+  uint32_t qa[HS / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < HS / 16; ++kc)
+    load_a(qa[kc], ks + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+
+  float o[HS / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // rows g and g + 8
+  for (int kt = 0; kt <= qt; ++kt) {
+    __syncthreads(); // every warp is done with the last tile
+    load_rows<HS>(ks, k, C3, kt * kTile, T);
+    load_cols<HS>(vt, v, C3, kt * kTile, T);
+    __syncthreads();
+    float s[8][4] = {};
+#pragma unroll
+    for (int kc = 0; kc < HS / 16; ++kc) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        uint32_t b0, b1;
+        load_b(b0, b1, ks + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
+        mma(s[n], qa[kc], b0, b1);
+      }
+    }
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = row0 + g + 8 * (e / 2), kj = kt * kTile + n * 8 + 2 * t + e % 2;
+        const float x = (kj <= qi && kj < T) ? s[n][e] * scale2 : -INFINITY;
+        s[n][e] = x;
+        mx[e / 2] = fmaxf(mx[e / 2], x);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // every row sees key kt*64 <= its query, so the maximum is finite from the first tile on
+      mx[r] = quad_max(mx[r]);
+      alpha[r] = exp2f(m[r] - mx[r]);
+      m[r] = mx[r];
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[n][e] - m[e / 2]);
+        s[n][e] = p;
+        l[e / 2] += p;
+      }
+    }
+#pragma unroll
+    for (int nd = 0; nd < HS / 8; ++nd) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nd][e] *= alpha[e / 2];
+    }
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) {
+      uint32_t pa[4];
+      as_a(pa, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+      for (int nd = 0; nd < HS / 8; ++nd) {
+        uint32_t b0, b1;
+        load_b(b0, b1, vt + nd * 8 * (kTile + kPad) + kc * 16, kTile + kPad);
+        mma(o[nd], pa, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qi = row0 + g + 8 * r;
+    const float sum = quad_sum(l[r]);
+    if (qi >= T) continue;
+    const float inv = 1.0f / sum;
+    const std::size_t at = (std::size_t(b) * T + qi) * C + h * HS + 2 * t;
+#pragma unroll
+    for (int nd = 0; nd < HS / 8; ++nd) {
+      const float x0 = o[nd][2 * r] * inv, x1 = o[nd][2 * r + 1] * inv;
+      *reinterpret_cast<float2*>(out + at + nd * 8) = make_float2(x0, x1);
+      *reinterpret_cast<__nv_bfloat162*>(out16 + at + nd * 8) = __floats2bfloat162_rn(x0, x1);
+    }
+    if (t == 0) lse[std::size_t(blockIdx.y) * T + qi] = m[r] + log2f(sum);
+  }
+}
+
+// rowdot[(b*NH + h)*T + i] = sum_d dout[b, i, h*HS + d] out[b, i, h*HS + d]: a warp per row.
+__global__ void rowdot_k(float* rowdot, const float* dout, const bf16* out16, int B, int T, int NH,
+                         int HS) {
+  const std::size_t w = (std::size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (w >= std::size_t(B) * T * NH) return;
+  const std::size_t row = w / NH; // b*T + i
+  const int h = static_cast<int>(w % NH);
+  const std::size_t at = row * NH * HS + std::size_t(h) * HS;
+  float s = 0.0f;
+  for (int d = lane; d < HS; d += 32) s += dout[at + d] * __bfloat162float(out16[at + d]);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const std::size_t b = row / T, i = row % T;
+  if (lane == 0) rowdot[(b * NH + h) * T + i] = s;
+}
+
+// grid (T tiles, B*NH): key tile blockIdx.x against the query tiles from it to the end.
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    backward_kv_k(float* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
+                  const float* rowdot, int T, int NH, float scale2, float scale) {
+  extern __shared__ uint4 smem[];
+  bf16* qs = reinterpret_cast<bf16*>(smem); // [64][HS + kPad] queries (keys at first)
+  bf16* dos = qs + kTile * (HS + kPad);     // [64][HS + kPad] their dout (values at first)
+  bf16* qtr = dos + kTile * (HS + kPad);    // [HS][64 + kPad] queries transposed
+  bf16* dot = qtr + HS * (kTile + kPad);    // [HS][64 + kPad] dout transposed
+  float* lse_s = reinterpret_cast<float*>(dot + HS * (kTile + kPad)); // [64]
+  float* rd_s = lse_s + kTile;                                        // [64]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int kt = blockIdx.x; // the longest first: key tile 0 meets every query tile
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
+  const bf16* q = qkv + std::size_t(b) * T * C3 + h * HS;
+  const bf16* k = q + C;
+  const bf16* v = q + 2 * C;
+  const bf16* dy = dout + std::size_t(b) * T * C + h * HS;
+  const float* lse_bh = lse + std::size_t(blockIdx.y) * T;
+  const float* rd_bh = rowdot + std::size_t(blockIdx.y) * T;
+  const int key0 = kt * kTile + warp * 16; // key of the warp's row 0
+
+  load_rows<HS>(qs, k, C3, kt * kTile, T);
+  load_rows<HS>(dos, v, C3, kt * kTile, T);
+  __syncthreads();
+  uint32_t ka[HS / 16][4], va[HS / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < HS / 16; ++kc) {
+    load_a(ka[kc], qs + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+    load_a(va[kc], dos + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+  }
+  float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+  for (int qt = kt; qt < static_cast<int>(gridDim.x); ++qt) {
+    __syncthreads();
+    load_rows<HS>(qs, q, C3, qt * kTile, T);
+    load_rows<HS>(dos, dy, C, qt * kTile, T);
+    load_cols<HS>(qtr, q, C3, qt * kTile, T);
+    load_cols<HS>(dot, dy, C, qt * kTile, T);
+    for (int i = threadIdx.x; i < kTile; i += kThreads) {
+      const int qi = qt * kTile + i;
+      lse_s[i] = qi < T ? lse_bh[qi] : 0.0f;
+      rd_s[i] = qi < T ? rd_bh[qi] : 0.0f;
+    }
+    __syncthreads();
+    float pt[8][4] = {}, dst[8][4] = {}; // P^T, then dP^T and dS^T: keys x queries
+#pragma unroll
+    for (int kc = 0; kc < HS / 16; ++kc) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        uint32_t b0, b1;
+        load_b(b0, b1, qs + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
+        mma(pt[n], ka[kc], b0, b1);
+        load_b(b0, b1, dos + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
+        mma(dst[n], va[kc], b0, b1);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int kj = key0 + g + 8 * (e / 2), c = n * 8 + 2 * t + e % 2, qi = qt * kTile + c;
+        const float p = (kj <= qi && qi < T) ? exp2f(pt[n][e] * scale2 - lse_s[c]) : 0.0f;
+        pt[n][e] = p;
+        dst[n][e] = p * (dst[n][e] - rd_s[c]);
+      }
+    }
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) { // over the tile's 64 queries
+      uint32_t pa[4], da[4];
+      as_a(pa, pt[2 * kc], pt[2 * kc + 1]);
+      as_a(da, dst[2 * kc], dst[2 * kc + 1]);
+#pragma unroll
+      for (int nd = 0; nd < HS / 8; ++nd) {
+        uint32_t b0, b1;
+        load_b(b0, b1, dot + nd * 8 * (kTile + kPad) + kc * 16, kTile + kPad);
+        mma(dv[nd], pa, b0, b1);
+        load_b(b0, b1, qtr + nd * 8 * (kTile + kPad) + kc * 16, kTile + kPad);
+        mma(dk[nd], da, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int kj = key0 + g + 8 * r;
+    if (kj >= T) continue;
+    float* dkr = dqkv + (std::size_t(b) * T + kj) * C3 + C + h * HS + 2 * t;
+    float* dvr = dkr + C;
+#pragma unroll
+    for (int nd = 0; nd < HS / 8; ++nd) {
+      *reinterpret_cast<float2*>(dkr + nd * 8) =
+          make_float2(dk[nd][2 * r] * scale, dk[nd][2 * r + 1] * scale);
+      *reinterpret_cast<float2*>(dvr + nd * 8) = make_float2(dv[nd][2 * r], dv[nd][2 * r + 1]);
+    }
+  }
+}
+
+// grid (T tiles, B*NH): query tile against the key tiles up to it.
+template <int HS>
+__global__ void __launch_bounds__(kThreads)
+    backward_q_k(float* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
+                 const float* rowdot, int T, int NH, float scale2, float scale) {
+  extern __shared__ uint4 smem[];
+  bf16* ks = reinterpret_cast<bf16*>(smem); // [64][HS + kPad] keys (queries at first)
+  bf16* vs = ks + kTile * (HS + kPad);      // [64][HS + kPad] values (dout at first)
+  bf16* ktr = vs + kTile * (HS + kPad);     // [HS][64 + kPad] keys transposed
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int qt = gridDim.x - 1 - blockIdx.x;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
+  const bf16* q = qkv + std::size_t(b) * T * C3 + h * HS;
+  const bf16* k = q + C;
+  const bf16* v = q + 2 * C;
+  const bf16* dy = dout + std::size_t(b) * T * C + h * HS;
+  const int row0 = qt * kTile + warp * 16;
+  float rl[2], rd[2]; // the rows' log-sum-exp and D
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qi = row0 + g + 8 * r;
+    rl[r] = qi < T ? lse[std::size_t(blockIdx.y) * T + qi] : 0.0f;
+    rd[r] = qi < T ? rowdot[std::size_t(blockIdx.y) * T + qi] : 0.0f;
+  }
+
+  load_rows<HS>(ks, q, C3, qt * kTile, T);
+  load_rows<HS>(vs, dy, C, qt * kTile, T);
+  __syncthreads();
+  uint32_t qa[HS / 16][4], da_in[HS / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < HS / 16; ++kc) {
+    load_a(qa[kc], ks + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+    load_a(da_in[kc], vs + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+  }
+  float dq[HS / 8][4] = {};
+  for (int kt = 0; kt <= qt; ++kt) {
+    __syncthreads();
+    load_rows<HS>(ks, k, C3, kt * kTile, T);
+    load_rows<HS>(vs, v, C3, kt * kTile, T);
+    load_cols<HS>(ktr, k, C3, kt * kTile, T);
+    __syncthreads();
+    float s[8][4] = {}, dp[8][4] = {};
+#pragma unroll
+    for (int kc = 0; kc < HS / 16; ++kc) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        uint32_t b0, b1;
+        load_b(b0, b1, ks + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
+        mma(s[n], qa[kc], b0, b1);
+        load_b(b0, b1, vs + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
+        mma(dp[n], da_in[kc], b0, b1);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = row0 + g + 8 * (e / 2), kj = kt * kTile + n * 8 + 2 * t + e % 2;
+        const float p = (kj <= qi && kj < T) ? exp2f(s[n][e] * scale2 - rl[e / 2]) : 0.0f;
+        dp[n][e] = p * (dp[n][e] - rd[e / 2]);
+      }
+    }
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) { // over the tile's 64 keys
+      uint32_t dsa[4];
+      as_a(dsa, dp[2 * kc], dp[2 * kc + 1]);
+#pragma unroll
+      for (int nd = 0; nd < HS / 8; ++nd) {
+        uint32_t b0, b1;
+        load_b(b0, b1, ktr + nd * 8 * (kTile + kPad) + kc * 16, kTile + kPad);
+        mma(dq[nd], dsa, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qi = row0 + g + 8 * r;
+    if (qi >= T) continue;
+    float* dqr = dqkv + (std::size_t(b) * T + qi) * C3 + h * HS + 2 * t;
+#pragma unroll
+    for (int nd = 0; nd < HS / 8; ++nd) {
+      *reinterpret_cast<float2*>(dqr + nd * 8) =
+          make_float2(dq[nd][2 * r] * scale, dq[nd][2 * r + 1] * scale);
+    }
+  }
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+  }
+}
+
+// Launches kernel with `shared` bytes of dynamic shared memory (above 48 KiB it must ask).
+template <class K, class... Args>
+void launch(K kernel, dim3 grid, std::size_t shared, cudaStream_t stream, const char* what,
+            Args... args) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(shared)),
+        what);
+  kernel<<<grid, kThreads, shared, stream>>>(args...);
+  check(cudaGetLastError(), what);
+}
+
+constexpr std::size_t rows_bytes(int HS) {
+  return std::size_t(kTile) * (HS + kPad) * sizeof(bf16);
+}
+constexpr std::size_t cols_bytes(int HS) {
+  return std::size_t(HS) * (kTile + kPad) * sizeof(bf16);
+}
+
+dim3 grid_of(int B, int T, int NH) {
+  return dim3(static_cast<unsigned>((T + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
+}
+
+float scale_of(int HS) {
+  return 1.0f / std::sqrt(static_cast<float>(HS));
+}
+
+template <int HS>
+void forward_hs(float* out, float* att, const bf16* qkv, int B, int T, int NH,
+                cudaStream_t stream) {
+  float* lse = att;
+  bf16* out16 = reinterpret_cast<bf16*>(att + std::size_t(B) * NH * T);
+  launch(forward_k<HS>, grid_of(B, T, NH), rows_bytes(HS) + cols_bytes(HS), stream,
+         "flash attention forward", out, lse, out16, qkv, T, NH, scale_of(HS) * kLog2e);
+}
+
+template <int HS>
+void backward_hs(float* dqkv, const bf16* dout16, const bf16* qkv, const float* lse,
+                 const float* rowdot, int B, int T, int NH, cudaStream_t stream) {
+  const float scale = scale_of(HS), scale2 = scale * kLog2e;
+  launch(backward_kv_k<HS>, grid_of(B, T, NH),
+         2 * rows_bytes(HS) + 2 * cols_bytes(HS) + 2 * kTile * sizeof(float), stream,
+         "flash attention backward dk dv", dqkv, qkv, dout16, lse, rowdot, T, NH, scale2, scale);
+  launch(backward_q_k<HS>, grid_of(B, T, NH), 2 * rows_bytes(HS) + cols_bytes(HS), stream,
+         "flash attention backward dq", dqkv, qkv, dout16, lse, rowdot, T, NH, scale2, scale);
+}
+
+} // namespace
+
+bool takes(int T, int C, int NH) {
+  if (NH <= 0 || T <= 0 || C % NH != 0) return false;
+  const int HS = C / NH;
+  // 128 would need 256 registers a thread for the dk, dv kernel's tiles (it would spill)
+  if (HS != 32 && HS != 64) return false;
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      major < 8) {
+    return false;
+  }
+  // per sequence: NH*T*T floats of att against NH*T floats of log-sum-exp and T*C bf16 of out
+  const double have = double(NH) * T * T, need = double(NH) * T + double(T) * C / 2.0;
+  return have >= need;
+}
+
+void forward(float* out, float* att, const bf16* qkv, int B, int T, int C, int NH,
+             cudaStream_t stream) {
+  switch (C / NH) {
+  case 32:
+    forward_hs<32>(out, att, qkv, B, T, NH, stream);
+    break;
+  case 64:
+    forward_hs<64>(out, att, qkv, B, T, NH, stream);
+    break;
+  default:
+    throw std::runtime_error("flash attention: head size " + std::to_string(C / NH));
+  }
+}
+
+void backward(float* dqkv, float* rowdot, const float* dout, const bf16* dout16, const bf16* qkv,
+              const float* att, int B, int T, int C, int NH, cudaStream_t stream) {
+  const int HS = C / NH;
+  const float* lse = att;
+  const bf16* out16 = reinterpret_cast<const bf16*>(att + std::size_t(B) * NH * T);
+  const std::size_t rows = std::size_t(B) * T * NH;
+  rowdot_k<<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(rowdot, dout, out16,
+                                                                               B, T, NH, HS);
+  check(cudaGetLastError(), "flash attention backward row sums");
+  switch (HS) {
+  case 32:
+    backward_hs<32>(dqkv, dout16, qkv, lse, rowdot, B, T, NH, stream);
+    break;
+  case 64:
+    backward_hs<64>(dqkv, dout16, qkv, lse, rowdot, B, T, NH, stream);
+    break;
+  default:
+    throw std::runtime_error("flash attention: head size " + std::to_string(HS));
+  }
+}
+
+} // namespace pt::cuda_ops::flash

@@ -1,0 +1,34 @@
+// Causal self-attention at precision bf16 without the (T, T) matrices in memory: the tiled
+// scheme of FlashAttention-2 (Dao, 2023). Scores, softmax and both products of a tile of 64
+// queries x 64 keys stay in registers (mma.sync on bf16, fp32 accumulation), the softmax runs
+// online over the key tiles, and the backward recomputes each tile's probabilities from the
+// row's log-sum-exp instead of reading them. Used by attention_forward/backward of
+// ops_cuda.cu at precision bf16 when takes() says the shape fits (docs/cuda.md).
+//
+// B = batch, T = sequence, C = channels, NH = heads, HS = C / NH = head size.
+// qkv (B, T, 3C) holds q, k, v of every head side by side, as the host backend's.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace pt::cuda_ops::flash {
+
+// Whether these kernels take the shape on the current device: HS 32 or 64, a device of
+// compute capability 8.0 or later (bf16 mma), and an att buffer of B*NH*T*T floats (the ops'
+// contract) large enough for what the forward keeps for the backward (see forward).
+bool takes(int T, int C, int NH);
+
+// out (B, T, C) fp32 = causal softmax(q k^T / sqrt(HS)) v per head, from qkv in bf16. Keeps in
+// `att`: the base-2 log-sum-exp of every score row, B*NH*T floats, then out in bf16, B*T*C
+// values (the backward's row sums of dout * out come from it).
+void forward(float* out, float* att, const __nv_bfloat16* qkv, int B, int T, int C, int NH,
+             cudaStream_t stream);
+
+// Writes dqkv (B, T, 3C) fp32, the gradient of every q, k, v, from dout (B, T, C) in fp32 and in
+// bf16, qkv in bf16 and the forward's `att`. rowdot: scratch of B*NH*T floats.
+void backward(float* dqkv, float* rowdot, const float* dout, const __nv_bfloat16* dout16,
+              const __nv_bfloat16* qkv, const float* att, int B, int T, int C, int NH,
+              cudaStream_t stream);
+
+} // namespace pt::cuda_ops::flash
