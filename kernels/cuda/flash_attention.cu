@@ -67,6 +67,18 @@ __device__ __forceinline__ void load_b(uint32_t& b0, uint32_t& b1, const bf16* y
   b1 = word(p + 8);
 }
 
+// The B operand (16x8) whose element (k, n) is x[k * ld + n] (B stored row by row, as the tiles
+// of v, q, k and dout are for the products that sum over their rows): ldmatrix with .trans
+// hands each thread the transposed pairs. Threads 0-7 name rows 0-7, threads 8-15 rows 8-15;
+// rows start 16-byte aligned (n a multiple of 8, and rows of HS + kPad elements).
+__device__ __forceinline__ void load_b_trans(uint32_t& b0, uint32_t& b1, const bf16* x, int ld) {
+  const int lane = threadIdx.x % 32;
+  const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(x + (lane % 16) * ld));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(b0), "=r"(b1)
+               : "r"(at));
+}
+
 // A from four accumulator tiles' worth of values: x[j] and x[j + 1] are the 16x8 tiles of
 // columns 16c..16c+7 and 16c+8..16c+15 (j = 2c).
 __device__ __forceinline__ void as_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
@@ -88,19 +100,6 @@ template <int HS> __device__ void load_rows(bf16* dst, const bf16* src, int ld, 
   }
 }
 
-// The same rows transposed: dst[d][r] in rows of kTile + kPad.
-template <int HS> __device__ void load_cols(bf16* dst, const bf16* src, int ld, int row0, int T) {
-  constexpr int kPieces = HS / 8;
-  for (int i = threadIdx.x; i < kTile * kPieces; i += kThreads) {
-    const int r = i / kPieces, c = (i % kPieces) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (row0 + r < T) v = *reinterpret_cast<const uint4*>(src + std::size_t(row0 + r) * ld + c);
-    const bf16* e = reinterpret_cast<const bf16*>(&v);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) dst[(c + j) * (kTile + kPad) + r] = e[j];
-  }
-}
-
 // The sum over the 4 threads of a quad (the threads holding one row of a tile).
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
@@ -118,7 +117,7 @@ __global__ void __launch_bounds__(kThreads)
     forward_k(float* out, float* lse, bf16* out16, const bf16* qkv, int T, int NH, float scale2) {
   extern __shared__ uint4 smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem); // [64][HS + kPad], also the queries at first
-  bf16* vt = ks + kTile * (HS + kPad);      // [HS][64 + kPad]: v transposed
+  bf16* vs = ks + kTile * (HS + kPad);      // [64][HS + kPad]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int qt = gridDim.x - 1 - blockIdx.x; // the longest rows first
   const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
@@ -139,7 +138,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = 0; kt <= qt; ++kt) {
     __syncthreads(); // every warp is done with the last tile
     load_rows<HS>(ks, k, C3, kt * kTile, T);
-    load_cols<HS>(vt, v, C3, kt * kTile, T);
+    load_rows<HS>(vs, v, C3, kt * kTile, T);
     __syncthreads();
     float s[8][4] = {};
 #pragma unroll
@@ -192,7 +191,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int nd = 0; nd < HS / 8; ++nd) {
         uint32_t b0, b1;
-        load_b(b0, b1, vt + nd * 8 * (kTile + kPad) + kc * 16, kTile + kPad);
+        load_b_trans(b0, b1, vs + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
         mma(o[nd], pa, b0, b1);
       }
     }
@@ -238,9 +237,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ uint4 smem[];
   bf16* qs = reinterpret_cast<bf16*>(smem); // [64][HS + kPad] queries (keys at first)
   bf16* dos = qs + kTile * (HS + kPad);     // [64][HS + kPad] their dout (values at first)
-  bf16* qtr = dos + kTile * (HS + kPad);    // [HS][64 + kPad] queries transposed
-  bf16* dot = qtr + HS * (kTile + kPad);    // [HS][64 + kPad] dout transposed
-  float* lse_s = reinterpret_cast<float*>(dot + HS * (kTile + kPad)); // [64]
+  float* lse_s = reinterpret_cast<float*>(dos + kTile * (HS + kPad)); // [64]
   float* rd_s = lse_s + kTile;                                        // [64]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int kt = blockIdx.x; // the longest first: key tile 0 meets every query tile
@@ -267,8 +264,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     load_rows<HS>(qs, q, C3, qt * kTile, T);
     load_rows<HS>(dos, dy, C, qt * kTile, T);
-    load_cols<HS>(qtr, q, C3, qt * kTile, T);
-    load_cols<HS>(dot, dy, C, qt * kTile, T);
+
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
       const int qi = qt * kTile + i;
       lse_s[i] = qi < T ? lse_bh[qi] : 0.0f;
@@ -305,9 +301,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int nd = 0; nd < HS / 8; ++nd) {
         uint32_t b0, b1;
-        load_b(b0, b1, dot + nd * 8 * (kTile + kPad) + kc * 16, kTile + kPad);
+        load_b_trans(b0, b1, dos + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
         mma(dv[nd], pa, b0, b1);
-        load_b(b0, b1, qtr + nd * 8 * (kTile + kPad) + kc * 16, kTile + kPad);
+        load_b_trans(b0, b1, qs + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
         mma(dk[nd], da, b0, b1);
       }
     }
@@ -335,7 +331,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ uint4 smem[];
   bf16* ks = reinterpret_cast<bf16*>(smem); // [64][HS + kPad] keys (queries at first)
   bf16* vs = ks + kTile * (HS + kPad);      // [64][HS + kPad] values (dout at first)
-  bf16* ktr = vs + kTile * (HS + kPad);     // [HS][64 + kPad] keys transposed
+
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int qt = gridDim.x - 1 - blockIdx.x;
   const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
@@ -366,7 +362,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     load_rows<HS>(ks, k, C3, kt * kTile, T);
     load_rows<HS>(vs, v, C3, kt * kTile, T);
-    load_cols<HS>(ktr, k, C3, kt * kTile, T);
+
     __syncthreads();
     float s[8][4] = {}, dp[8][4] = {};
 #pragma unroll
@@ -396,7 +392,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int nd = 0; nd < HS / 8; ++nd) {
         uint32_t b0, b1;
-        load_b(b0, b1, ktr + nd * 8 * (kTile + kPad) + kc * 16, kTile + kPad);
+        load_b_trans(b0, b1, ks + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
         mma(dq[nd], dsa, b0, b1);
       }
     }
@@ -434,9 +430,6 @@ void launch(K kernel, dim3 grid, std::size_t shared, cudaStream_t stream, const 
 constexpr std::size_t rows_bytes(int HS) {
   return std::size_t(kTile) * (HS + kPad) * sizeof(bf16);
 }
-constexpr std::size_t cols_bytes(int HS) {
-  return std::size_t(HS) * (kTile + kPad) * sizeof(bf16);
-}
 
 dim3 grid_of(int B, int T, int NH) {
   return dim3(static_cast<unsigned>((T + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
@@ -451,18 +444,18 @@ void forward_hs(float* out, float* att, const bf16* qkv, int B, int T, int NH,
                 cudaStream_t stream) {
   float* lse = att;
   bf16* out16 = reinterpret_cast<bf16*>(att + std::size_t(B) * NH * T);
-  launch(forward_k<HS>, grid_of(B, T, NH), rows_bytes(HS) + cols_bytes(HS), stream,
-         "flash attention forward", out, lse, out16, qkv, T, NH, scale_of(HS) * kLog2e);
+  launch(forward_k<HS>, grid_of(B, T, NH), 2 * rows_bytes(HS), stream, "flash attention forward",
+         out, lse, out16, qkv, T, NH, scale_of(HS) * kLog2e);
 }
 
 template <int HS>
 void backward_hs(float* dqkv, const bf16* dout16, const bf16* qkv, const float* lse,
                  const float* rowdot, int B, int T, int NH, cudaStream_t stream) {
   const float scale = scale_of(HS), scale2 = scale * kLog2e;
-  launch(backward_kv_k<HS>, grid_of(B, T, NH),
-         2 * rows_bytes(HS) + 2 * cols_bytes(HS) + 2 * kTile * sizeof(float), stream,
-         "flash attention backward dk dv", dqkv, qkv, dout16, lse, rowdot, T, NH, scale2, scale);
-  launch(backward_q_k<HS>, grid_of(B, T, NH), 2 * rows_bytes(HS) + cols_bytes(HS), stream,
+  launch(backward_kv_k<HS>, grid_of(B, T, NH), 2 * rows_bytes(HS) + 2 * kTile * sizeof(float),
+         stream, "flash attention backward dk dv", dqkv, qkv, dout16, lse, rowdot, T, NH, scale2,
+         scale);
+  launch(backward_q_k<HS>, grid_of(B, T, NH), 2 * 2 * rows_bytes(HS), stream,
          "flash attention backward dq", dqkv, qkv, dout16, lse, rowdot, T, NH, scale2, scale);
 }
 
