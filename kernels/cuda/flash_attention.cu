@@ -67,6 +67,30 @@ __device__ __forceinline__ void load_b(uint32_t& b0, uint32_t& b1, const bf16* y
   b1 = word(p + 8);
 }
 
+// load_rows without waiting: cp.async copies of 16 bytes, which land while the block computes on
+// the other stage; rows from T on are filled with zeros (a source size of 0). fetch_commit()
+// closes the group of copies a thread started, fetch_wait<N>() waits until at most N of its
+// groups are still under way (then a __syncthreads() shows every thread's copies to all).
+template <int HS> __device__ void fetch_rows(bf16* dst, const bf16* src, int ld, int row0, int T) {
+  constexpr int kPieces = HS / 8;
+  for (int i = threadIdx.x; i < kTile * kPieces; i += kThreads) {
+    const int r = i / kPieces, c = (i % kPieces) * 8;
+    const bool in = row0 + r < T;
+    const bf16* from = src + std::size_t(in ? row0 + r : 0) * ld + c; // a valid address always
+    const auto to = static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * (HS + kPad) + c));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from),
+                 "r"(in ? 16 : 0));
+  }
+}
+
+__device__ __forceinline__ void fetch_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> __device__ __forceinline__ void fetch_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // The B operand (16x8) whose element (k, n) is x[k * ld + n] (B stored row by row, as the tiles
 // of v, q, k and dout are for the products that sum over their rows): ldmatrix with .trans
 // hands each thread the transposed pairs. Threads 0-7 name rows 0-7, threads 8-15 rows 8-15;
@@ -116,8 +140,10 @@ template <int HS>
 __global__ void __launch_bounds__(kThreads)
     forward_k(float* out, float* lse, bf16* out16, const bf16* qkv, int T, int NH, float scale2) {
   extern __shared__ uint4 smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem); // [64][HS + kPad], also the queries at first
-  bf16* vs = ks + kTile * (HS + kPad);      // [64][HS + kPad]
+  // two stages of a key tile and a value tile, [64][HS + kPad] each: the next pair arrives
+  // while the block works on this one (the queries pass through stage 0 first)
+  constexpr int kRows = kTile * (HS + kPad);
+  bf16* const stage = reinterpret_cast<bf16*>(smem);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int qt = gridDim.x - 1 - blockIdx.x; // the longest rows first
   const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
@@ -126,19 +152,29 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* v = q + 2 * C;
   const int row0 = qt * kTile + warp * 16; // query of the warp's row 0
 
-  load_rows<HS>(ks, q, C3, qt * kTile, T);
+  load_rows<HS>(stage, q, C3, qt * kTile, T);
   __syncthreads();
   uint32_t qa[HS / 16][4];
 #pragma unroll
   for (int kc = 0; kc < HS / 16; ++kc)
-    load_a(qa[kc], ks + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+    load_a(qa[kc], stage + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+  __syncthreads(); // stage 0 is refilled next
+  fetch_rows<HS>(stage, k, C3, 0, T);
+  fetch_rows<HS>(stage + kRows, v, C3, 0, T);
+  fetch_commit();
 
   float o[HS / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // rows g and g + 8
   for (int kt = 0; kt <= qt; ++kt) {
-    __syncthreads(); // every warp is done with the last tile
-    load_rows<HS>(ks, k, C3, kt * kTile, T);
-    load_rows<HS>(vs, v, C3, kt * kTile, T);
+    const bf16* ks = stage + (kt % 2) * 2 * kRows;
+    const bf16* vs = ks + kRows;
+    if (kt < qt) { // the next pair, into the stage the last iteration used
+      bf16* next = stage + ((kt + 1) % 2) * 2 * kRows;
+      fetch_rows<HS>(next, k, C3, (kt + 1) * kTile, T);
+      fetch_rows<HS>(next + kRows, v, C3, (kt + 1) * kTile, T);
+    }
+    fetch_commit(); // (an empty group after the last tile)
+    fetch_wait<1>();
     __syncthreads();
     float s[8][4] = {};
 #pragma unroll
@@ -195,6 +231,7 @@ __global__ void __launch_bounds__(kThreads)
         mma(o[nd], pa, b0, b1);
       }
     }
+    __syncthreads(); // every warp is done with this stage before it is refilled
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -235,10 +272,12 @@ __global__ void __launch_bounds__(kThreads)
     backward_kv_k(float* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
                   const float* rowdot, int T, int NH, float scale2, float scale) {
   extern __shared__ uint4 smem[];
-  bf16* qs = reinterpret_cast<bf16*>(smem); // [64][HS + kPad] queries (keys at first)
-  bf16* dos = qs + kTile * (HS + kPad);     // [64][HS + kPad] their dout (values at first)
-  float* lse_s = reinterpret_cast<float*>(dos + kTile * (HS + kPad)); // [64]
-  float* rd_s = lse_s + kTile;                                        // [64]
+  // two stages of a query tile and its dout tile, [64][HS + kPad] each (the keys and values
+  // pass through stage 0 first), then the tile's log-sum-exps and D, [64] each
+  constexpr int kRows = kTile * (HS + kPad);
+  bf16* const stage = reinterpret_cast<bf16*>(smem);
+  float* lse_s = reinterpret_cast<float*>(stage + 4 * kRows);
+  float* rd_s = lse_s + kTile;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int kt = blockIdx.x; // the longest first: key tile 0 meets every query tile
   const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
@@ -250,26 +289,37 @@ __global__ void __launch_bounds__(kThreads)
   const float* rd_bh = rowdot + std::size_t(blockIdx.y) * T;
   const int key0 = kt * kTile + warp * 16; // key of the warp's row 0
 
-  load_rows<HS>(qs, k, C3, kt * kTile, T);
-  load_rows<HS>(dos, v, C3, kt * kTile, T);
+  load_rows<HS>(stage, k, C3, kt * kTile, T);
+  load_rows<HS>(stage + kRows, v, C3, kt * kTile, T);
   __syncthreads();
   uint32_t ka[HS / 16][4], va[HS / 16][4];
 #pragma unroll
   for (int kc = 0; kc < HS / 16; ++kc) {
-    load_a(ka[kc], qs + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
-    load_a(va[kc], dos + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+    load_a(ka[kc], stage + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+    load_a(va[kc], stage + kRows + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
   }
+  __syncthreads(); // stage 0 is refilled next
+  fetch_rows<HS>(stage, q, C3, kt * kTile, T);
+  fetch_rows<HS>(stage + kRows, dy, C, kt * kTile, T);
+  fetch_commit();
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-  for (int qt = kt; qt < static_cast<int>(gridDim.x); ++qt) {
-    __syncthreads();
-    load_rows<HS>(qs, q, C3, qt * kTile, T);
-    load_rows<HS>(dos, dy, C, qt * kTile, T);
+  const int tiles = static_cast<int>(gridDim.x);
+  for (int qt = kt; qt < tiles; ++qt) {
+    const bf16* qs = stage + ((qt - kt) % 2) * 2 * kRows;
+    const bf16* dos = qs + kRows;
+    if (qt + 1 < tiles) { // the next pair, into the stage the last iteration used
+      bf16* next = stage + ((qt + 1 - kt) % 2) * 2 * kRows;
+      fetch_rows<HS>(next, q, C3, (qt + 1) * kTile, T);
+      fetch_rows<HS>(next + kRows, dy, C, (qt + 1) * kTile, T);
+    }
+    fetch_commit();
 
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
       const int qi = qt * kTile + i;
       lse_s[i] = qi < T ? lse_bh[qi] : 0.0f;
       rd_s[i] = qi < T ? rd_bh[qi] : 0.0f;
     }
+    fetch_wait<1>();
     __syncthreads();
     float pt[8][4] = {}, dst[8][4] = {}; // P^T, then dP^T and dS^T: keys x queries
 #pragma unroll
@@ -307,6 +357,7 @@ __global__ void __launch_bounds__(kThreads)
         mma(dk[nd], da, b0, b1);
       }
     }
+    __syncthreads(); // every warp is done with this stage (and lse_s, rd_s) before the refill
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -329,8 +380,10 @@ __global__ void __launch_bounds__(kThreads)
     backward_q_k(float* dqkv, const bf16* qkv, const bf16* dout, const float* lse,
                  const float* rowdot, int T, int NH, float scale2, float scale) {
   extern __shared__ uint4 smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem); // [64][HS + kPad] keys (queries at first)
-  bf16* vs = ks + kTile * (HS + kPad);      // [64][HS + kPad] values (dout at first)
+  // two stages of a key tile and a value tile, [64][HS + kPad] each (the queries and their
+  // dout pass through stage 0 first)
+  constexpr int kRows = kTile * (HS + kPad);
+  bf16* const stage = reinterpret_cast<bf16*>(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int qt = gridDim.x - 1 - blockIdx.x;
@@ -348,21 +401,30 @@ __global__ void __launch_bounds__(kThreads)
     rd[r] = qi < T ? rowdot[std::size_t(blockIdx.y) * T + qi] : 0.0f;
   }
 
-  load_rows<HS>(ks, q, C3, qt * kTile, T);
-  load_rows<HS>(vs, dy, C, qt * kTile, T);
+  load_rows<HS>(stage, q, C3, qt * kTile, T);
+  load_rows<HS>(stage + kRows, dy, C, qt * kTile, T);
   __syncthreads();
   uint32_t qa[HS / 16][4], da_in[HS / 16][4];
 #pragma unroll
   for (int kc = 0; kc < HS / 16; ++kc) {
-    load_a(qa[kc], ks + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
-    load_a(da_in[kc], vs + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+    load_a(qa[kc], stage + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+    load_a(da_in[kc], stage + kRows + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
   }
+  __syncthreads(); // stage 0 is refilled next
+  fetch_rows<HS>(stage, k, C3, 0, T);
+  fetch_rows<HS>(stage + kRows, v, C3, 0, T);
+  fetch_commit();
   float dq[HS / 8][4] = {};
   for (int kt = 0; kt <= qt; ++kt) {
-    __syncthreads();
-    load_rows<HS>(ks, k, C3, kt * kTile, T);
-    load_rows<HS>(vs, v, C3, kt * kTile, T);
-
+    const bf16* ks = stage + (kt % 2) * 2 * kRows;
+    const bf16* vs = ks + kRows;
+    if (kt < qt) { // the next pair, into the stage the last iteration used
+      bf16* next = stage + ((kt + 1) % 2) * 2 * kRows;
+      fetch_rows<HS>(next, k, C3, (kt + 1) * kTile, T);
+      fetch_rows<HS>(next + kRows, v, C3, (kt + 1) * kTile, T);
+    }
+    fetch_commit();
+    fetch_wait<1>();
     __syncthreads();
     float s[8][4] = {}, dp[8][4] = {};
 #pragma unroll
@@ -396,6 +458,7 @@ __global__ void __launch_bounds__(kThreads)
         mma(dq[nd], dsa, b0, b1);
       }
     }
+    __syncthreads(); // every warp is done with this stage before it is refilled
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -444,7 +507,7 @@ void forward_hs(float* out, float* att, const bf16* qkv, int B, int T, int NH,
                 cudaStream_t stream) {
   float* lse = att;
   bf16* out16 = reinterpret_cast<bf16*>(att + std::size_t(B) * NH * T);
-  launch(forward_k<HS>, grid_of(B, T, NH), 2 * rows_bytes(HS), stream, "flash attention forward",
+  launch(forward_k<HS>, grid_of(B, T, NH), 4 * rows_bytes(HS), stream, "flash attention forward",
          out, lse, out16, qkv, T, NH, scale_of(HS) * kLog2e);
 }
 
@@ -452,10 +515,10 @@ template <int HS>
 void backward_hs(float* dqkv, const bf16* dout16, const bf16* qkv, const float* lse,
                  const float* rowdot, int B, int T, int NH, cudaStream_t stream) {
   const float scale = scale_of(HS), scale2 = scale * kLog2e;
-  launch(backward_kv_k<HS>, grid_of(B, T, NH), 2 * rows_bytes(HS) + 2 * kTile * sizeof(float),
+  launch(backward_kv_k<HS>, grid_of(B, T, NH), 4 * rows_bytes(HS) + 2 * kTile * sizeof(float),
          stream, "flash attention backward dk dv", dqkv, qkv, dout16, lse, rowdot, T, NH, scale2,
          scale);
-  launch(backward_q_k<HS>, grid_of(B, T, NH), 2 * 2 * rows_bytes(HS), stream,
+  launch(backward_q_k<HS>, grid_of(B, T, NH), 4 * rows_bytes(HS), stream,
          "flash attention backward dq", dqkv, qkv, dout16, lse, rowdot, T, NH, scale2, scale);
 }
 
