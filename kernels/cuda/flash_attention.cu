@@ -502,30 +502,50 @@ float scale_of(int HS) {
   return 1.0f / std::sqrt(static_cast<float>(HS));
 }
 
-template <int HS>
-void forward_hs(float* out, float* att, const bf16* qkv, int B, int T, int NH,
-                cudaStream_t stream) {
-  float* lse = att;
-  bf16* out16 = reinterpret_cast<bf16*>(att + std::size_t(B) * NH * T);
-  launch(forward_k<HS>, grid_of(B, T, NH), 4 * rows_bytes(HS), stream, "flash attention forward",
-         out, lse, out16, qkv, T, NH, scale_of(HS) * kLog2e);
+// Byte offsets in att of what the forward keeps: log-sum-exps at 0, then out and qkv in bf16
+// (qkv while it fits).
+struct Kept {
+  std::size_t out16 = 0, qkv16 = 0, end = 0;
+  Kept(int B, int T, int C, int NH) {
+    auto up16 = [](std::size_t x) { return (x + 15) / 16 * 16; };
+    const std::size_t rows = std::size_t(B) * T;
+    out16 = up16(rows * NH * sizeof(float));
+    qkv16 = up16(out16 + rows * C * sizeof(bf16));
+    end = qkv16 + rows * 3 * C * sizeof(bf16);
+  }
+};
+
+template <class P> P* at_byte(const float* att, std::size_t offset) {
+  return reinterpret_cast<P*>(reinterpret_cast<std::uintptr_t>(att) + offset);
+}
+
+std::size_t att_bytes(int B, int T, int NH) {
+  return std::size_t(B) * NH * T * T * sizeof(float);
 }
 
 template <int HS>
-void backward_hs(float* dqkv, const bf16* dout16, const bf16* qkv, const float* lse,
+void forward_hs(float* out, float* att, const bf16* qkv, int B, int T, int NH,
+                cudaStream_t stream) {
+  const Kept kept(B, T, NH * HS, NH);
+  launch(forward_k<HS>, grid_of(B, T, NH), 4 * rows_bytes(HS), stream, "flash attention forward",
+         out, att, at_byte<bf16>(att, kept.out16), qkv, T, NH, scale_of(HS) * kLog2e);
+}
+
+template <int HS>
+void backward_hs(float* dqkv, const bf16* dout16, const bf16* qkv, const float* att,
                  const float* rowdot, int B, int T, int NH, cudaStream_t stream) {
   const float scale = scale_of(HS), scale2 = scale * kLog2e;
   launch(backward_kv_k<HS>, grid_of(B, T, NH), 4 * rows_bytes(HS) + 2 * kTile * sizeof(float),
-         stream, "flash attention backward dk dv", dqkv, qkv, dout16, lse, rowdot, T, NH, scale2,
+         stream, "flash attention backward dk dv", dqkv, qkv, dout16, att, rowdot, T, NH, scale2,
          scale);
   launch(backward_q_k<HS>, grid_of(B, T, NH), 4 * rows_bytes(HS), stream,
-         "flash attention backward dq", dqkv, qkv, dout16, lse, rowdot, T, NH, scale2, scale);
+         "flash attention backward dq", dqkv, qkv, dout16, att, rowdot, T, NH, scale2, scale);
 }
 
 } // namespace
 
-bool takes(int T, int C, int NH) {
-  if (NH <= 0 || T <= 0 || C % NH != 0) return false;
+bool takes(int B, int T, int C, int NH) {
+  if (B <= 0 || NH <= 0 || T <= 0 || C % NH != 0) return false;
   const int HS = C / NH;
   // 128 would need 256 registers a thread for the dk, dv kernel's tiles (it would spill)
   if (HS != 32 && HS != 64) return false;
@@ -535,9 +555,16 @@ bool takes(int T, int C, int NH) {
       major < 8) {
     return false;
   }
-  // per sequence: NH*T*T floats of att against NH*T floats of log-sum-exp and T*C bf16 of out
-  const double have = double(NH) * T * T, need = double(NH) * T + double(T) * C / 2.0;
-  return have >= need;
+  return Kept(B, T, C, NH).qkv16 <= att_bytes(B, T, NH); // log-sum-exps and out fit
+}
+
+const bf16* qkv_copy(const float* att, int B, int T, int C, int NH) {
+  const Kept kept(B, T, C, NH);
+  return kept.end <= att_bytes(B, T, NH) ? at_byte<const bf16>(att, kept.qkv16) : nullptr;
+}
+
+bf16* qkv_copy(float* att, int B, int T, int C, int NH) {
+  return const_cast<bf16*>(qkv_copy(static_cast<const float*>(att), B, T, C, NH));
 }
 
 void forward(float* out, float* att, const bf16* qkv, int B, int T, int C, int NH,
@@ -557,18 +584,17 @@ void forward(float* out, float* att, const bf16* qkv, int B, int T, int C, int N
 void backward(float* dqkv, float* rowdot, const float* dout, const bf16* dout16, const bf16* qkv,
               const float* att, int B, int T, int C, int NH, cudaStream_t stream) {
   const int HS = C / NH;
-  const float* lse = att;
-  const bf16* out16 = reinterpret_cast<const bf16*>(att + std::size_t(B) * NH * T);
+  const bf16* out16 = at_byte<const bf16>(att, Kept(B, T, C, NH).out16);
   const std::size_t rows = std::size_t(B) * T * NH;
   rowdot_k<<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, stream>>>(rowdot, dout, out16,
                                                                                B, T, NH, HS);
   check(cudaGetLastError(), "flash attention backward row sums");
   switch (HS) {
   case 32:
-    backward_hs<32>(dqkv, dout16, qkv, lse, rowdot, B, T, NH, stream);
+    backward_hs<32>(dqkv, dout16, qkv, att, rowdot, B, T, NH, stream);
     break;
   case 64:
-    backward_hs<64>(dqkv, dout16, qkv, lse, rowdot, B, T, NH, stream);
+    backward_hs<64>(dqkv, dout16, qkv, att, rowdot, B, T, NH, stream);
     break;
   default:
     throw std::runtime_error("flash attention: head size " + std::to_string(HS));

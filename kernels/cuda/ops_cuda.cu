@@ -11,7 +11,7 @@
 // inside the att buffer (which then holds B*NH*T*T bf16 values, not floats: only this backend
 // reads it), and has cuBLAS write dP in bf16, over which the softmax backward writes dS; where
 // flash_attention.hpp takes the shape (GPT-2's head size 64), its kernels run instead and att
-// holds each score row's log-sum-exp and a bf16 copy of the output, no (T, T) matrix. A
+// holds each score row's log-sum-exp and bf16 copies of qkv and the output, no (T, T) matrix. A
 // forward product with a bias adds it in cuBLASLt's epilogue (no broadcast pass, no fp32 read
 // of the result) where cuBLASLt offers that, and falls back to the broadcast otherwise.
 #include <cublasLt.h>
@@ -512,18 +512,24 @@ void gemm_typed(bool ta, bool tb, int M, int N, int K, float alpha, Operand A, l
   }
 }
 
-// A dense bf16 copy (in `s`) of the rows x cols fp32 matrix at x, rows ld floats apart.
-const bf16* as_bf16(Scratch& s, const float* x, std::size_t rows, int cols, int ld,
-                    const char* what) {
+// out (rows x cols, dense) = bf16 of the fp32 matrix at x, rows ld floats apart.
+void to_bf16(bf16* out, const float* x, std::size_t rows, int cols, int ld, const char* what) {
   const std::size_t n = rows * static_cast<std::size_t>(cols);
-  bf16* out = grown<bf16>(s, n, what);
-  if (ld == cols && n % 4 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0) {
+  if (ld == cols && n % 4 == 0 && reinterpret_cast<std::uintptr_t>(x) % 16 == 0 &&
+      reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
     to_bf16_vec_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
         reinterpret_cast<__nv_bfloat162*>(out), reinterpret_cast<const float4*>(x), n / 4);
   } else {
     to_bf16_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, x, rows, cols, ld);
   }
   launched(what);
+}
+
+// A dense bf16 copy (in `s`) of the rows x cols fp32 matrix at x, rows ld floats apart.
+const bf16* as_bf16(Scratch& s, const float* x, std::size_t rows, int cols, int ld,
+                    const char* what) {
+  bf16* out = grown<bf16>(s, rows * static_cast<std::size_t>(cols), what);
+  to_bf16(out, x, rows, cols, ld, what);
   return out;
 }
 
@@ -887,15 +893,19 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   // bf16: q, k, v converted once; P stored in bf16 in the att buffer
   const std::size_t es = g.bf16 ? sizeof(bf16) : sizeof(float);
   const cudaDataType_t ptype = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  if (g.bf16 && flash::takes(B, T, C, NH)) { // att keeps row statistics (and qkv), not P
+    bf16* qkv16 = flash::qkv_copy(att, B, T, C, NH);
+    if (qkv16 == nullptr)
+      qkv16 = grown<bf16>(g.qkv16, std::size_t(B) * T * C3, "attention_forward");
+    to_bf16(qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_forward");
+    flash::forward(out, att, qkv16, B, T, C, NH, g.stream);
+    ++g.flash_calls;
+    return;
+  }
   const char* in = reinterpret_cast<const char*>(qkv);
   if (g.bf16) {
     in = reinterpret_cast<const char*>(
         as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_forward"));
-    if (flash::takes(T, C, NH)) { // att keeps row statistics, not P
-      flash::forward(out, att, reinterpret_cast<const bf16*>(in), B, T, C, NH, g.stream);
-      ++g.flash_calls;
-      return;
-    }
   }
   for (int b = 0; b < B; ++b) { // all heads of one sequence per call
     const char* q = in + es * static_cast<std::size_t>(b) * T * C3;
@@ -928,6 +938,19 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   const long long TT = static_cast<long long>(T) * T;
   const std::size_t es = g.bf16 ? sizeof(bf16) : sizeof(float);
   // dP, then dS in place over it: fp32, or bf16 (as cuBLAS writes it at precision bf16)
+  if (g.bf16 && flash::takes(B, T, C, NH)) { // att holds what flash::forward kept (its qkv too)
+    const bf16* dout16 =
+        as_bf16(g.dout16, dout, static_cast<std::size_t>(B) * T, C, C, "attention_backward");
+    const bf16* qkv16 = flash::qkv_copy(att, B, T, C, NH);
+    if (qkv16 == nullptr) {
+      qkv16 = as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_backward");
+    }
+    float* rowdot =
+        grown<float>(g.rowdot, static_cast<std::size_t>(B) * NH * T, "attention_backward row sums");
+    flash::backward(dqkv, rowdot, dout, dout16, qkv16, att, B, T, C, NH, g.stream);
+    ++g.flash_calls;
+    return;
+  }
   void* ds = nullptr;
   const char* in = reinterpret_cast<const char*>(qkv);
   const char* dy = reinterpret_cast<const char*>(dout);
@@ -937,14 +960,6 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_backward"));
     dy = reinterpret_cast<const char*>(
         as_bf16(g.dout16, dout, static_cast<std::size_t>(B) * T, C, C, "attention_backward"));
-    if (flash::takes(T, C, NH)) { // att holds what flash::forward kept
-      float* rowdot = grown<float>(g.rowdot, static_cast<std::size_t>(B) * NH * T,
-                                   "attention_backward row sums");
-      flash::backward(dqkv, rowdot, dout, reinterpret_cast<const bf16*>(dy),
-                      reinterpret_cast<const bf16*>(in), att, B, T, C, NH, g.stream);
-      ++g.flash_calls;
-      return;
-    }
   } else {
     ds = grown<float>(g.dp, static_cast<std::size_t>(NH) * TT, "attention_backward scratch");
   }
