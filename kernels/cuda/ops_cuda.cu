@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -115,6 +116,11 @@ constexpr int kThreads = 256;
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
+
+// Whether n floats at p can be read as n / 4 float4s: n a multiple of 4, p 16-byte aligned.
+bool by4(std::size_t n, const void* p) {
+  return n % 4 == 0 && reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
 
 unsigned blocks_for(std::size_t n, int threads = kThreads) {
   const std::size_t b = (n + threads - 1) / threads;
@@ -215,30 +221,69 @@ __global__ void encoder_backward_k(float* dwte, float* dwpe, const float* dout,
   }
 }
 
-// one warp per row
+// Row element access for the layer norms: Vec reads 4 floats per load (C a multiple of 4, every
+// row 16-byte aligned), so that a lane has 4 loads in flight where it had one.
+template <bool Vec> struct Row {
+  static constexpr int kStep = Vec ? 4 : 1;
+  __device__ static float4 get(const float* x, int c) {
+    if constexpr (Vec) {
+      return *reinterpret_cast<const float4*>(x + c);
+    } else {
+      return make_float4(x[c], 0.0f, 0.0f, 0.0f);
+    }
+  }
+  __device__ static void put(float* x, int c, const float4& v) {
+    if constexpr (Vec) {
+      *reinterpret_cast<float4*>(x + c) = v;
+    } else {
+      x[c] = v.x;
+    }
+  }
+};
+
+// one warp per row; the lane's columns are c, c + 1, .. c + kStep - 1 for c = lane * kStep, ...
+template <bool Vec>
 __global__ void layernorm_forward_k(float* out, float* mean, float* rstd, const float* inp,
                                     const float* w, const float* b, int N, int C) {
+  using R = Row<Vec>;
+  constexpr int k = R::kStep;
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const float* x = inp + static_cast<std::size_t>(row) * C;
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += x[c];
+  for (int c = lane * k; c < C; c += 32 * k) {
+    const float4 v = R::get(x, c);
+    s += Vec ? (v.x + v.y) + (v.z + v.w) : v.x;
+  }
   const float m = warp_sum(s) / C;
-  float v = 0.0f;
-  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
-  const float r = rsqrtf(warp_sum(v) / C + kLayerNormEps);
+  float var = 0.0f;
+  for (int c = lane * k; c < C; c += 32 * k) {
+    const float4 v = R::get(x, c);
+    var += Vec ? ((v.x - m) * (v.x - m) + (v.y - m) * (v.y - m)) +
+                     ((v.z - m) * (v.z - m) + (v.w - m) * (v.w - m))
+               : (v.x - m) * (v.x - m);
+  }
+  const float r = rsqrtf(warp_sum(var) / C + kLayerNormEps);
   float* o = out + static_cast<std::size_t>(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  for (int c = lane * k; c < C; c += 32 * k) {
+    const float4 v = R::get(x, c), wc = R::get(w, c), bc = R::get(b, c);
+    R::put(o, c,
+           make_float4((v.x - m) * r * wc.x + bc.x, (v.y - m) * r * wc.y + bc.y,
+                       (v.z - m) * r * wc.z + bc.z, (v.w - m) * r * wc.w + bc.w));
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
   }
 }
 
+template <bool Vec>
 __global__ void layernorm_backward_input_k(float* dinp, const float* dout, const float* inp,
                                            const float* w, const float* mean, const float* rstd,
                                            int N, int C) {
+  using R = Row<Vec>;
+  constexpr int k = R::kStep;
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -247,16 +292,26 @@ __global__ void layernorm_backward_input_k(float* dinp, const float* dout, const
   const float* d = dout + off;
   const float m = mean[row], r = rstd[row];
   float a = 0.0f, an = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float dn = d[c] * w[c];
-    a += dn;
-    an += dn * (x[c] - m) * r;
+  for (int c = lane * k; c < C; c += 32 * k) {
+    const float4 xv = R::get(x, c), dv = R::get(d, c), wv = R::get(w, c);
+    const float dn[4] = {dv.x * wv.x, dv.y * wv.y, dv.z * wv.z, dv.w * wv.w};
+    const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+    for (int j = 0; j < k; ++j) {
+      a += dn[j];
+      an += dn[j] * (xs[j] - m) * r;
+    }
   }
   const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(an) / C;
   float* dx = dinp + off;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (x[c] - m) * r;
-    dx[c] += (d[c] * w[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
+  auto grad = [&](float dn, float xj) {
+    return (dn - dnorm_mean - (xj - m) * r * dnorm_norm_mean) * r;
+  };
+  for (int c = lane * k; c < C; c += 32 * k) {
+    const float4 xv = R::get(x, c), dv = R::get(d, c), wv = R::get(w, c), old = R::get(dx, c);
+    R::put(dx, c,
+           make_float4(old.x + grad(dv.x * wv.x, xv.x), old.y + grad(dv.y * wv.y, xv.y),
+                       old.z + grad(dv.z * wv.z, xv.z), old.w + grad(dv.w * wv.w, xv.w)));
   }
 }
 
@@ -352,31 +407,44 @@ template <class E> __global__ void causal_softmax_backward_k(E* ds, const E* att
   }
 }
 
-__global__ void gelu_forward_k(float* out, const float* inp, std::size_t n) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
-    out[i] = 0.5f * x * (1.0f + t);
-  }
-}
+// ---- elementwise maps: out[i] = f(a[i], b[i]) (b absent: f(a[i], 0)), 4 floats at a time where
+// n and every pointer allow it (one 16-byte load per operand: fewer instructions in flight per
+// byte, which is what these memory-bound loops wait on)
 
-__global__ void gelu_backward_k(float* dinp, const float* inp, const float* dout, std::size_t n) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
+struct Gelu { // tanh approximation, as the host and GPT-2
+  __device__ float operator()(float x, float) const {
+    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    return 0.5f * x * (1.0f + t);
+  }
+};
+
+struct GeluGrad { // d gelu(x) / dx times the incoming gradient d
+  __device__ float operator()(float x, float d) const {
     const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    return d * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+};
+
+struct Axpby { // add: 1, 1; accumulate: out = x = acc; scale: b = 0, no y
+  float a, b;
+  __device__ float operator()(float x, float y) const { return a * x + b * y; }
+};
+
+template <class F>
+__global__ void map_k(float* out, const float* a, const float* b, std::size_t n, F f) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    out[i] = f(a[i], b != nullptr ? b[i] : 0.0f);
   }
 }
 
-// out = a * x + b * y elementwise (add: 1,1; accumulate: out = x = acc; scale: b = 0)
-__global__ void axpby_k(float* out, float a, const float* x, float b, const float* y,
-                        std::size_t n) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+template <class F>
+__global__ void map4_k(float4* out, const float4* a, const float4* b, std::size_t n4, F f) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n4;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    out[i] = y != nullptr ? a * x[i] + b * y[i] : a * x[i];
+    const float4 x = a[i], y = b != nullptr ? b[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    out[i] = make_float4(f(x.x, y.x), f(x.y, y.y), f(x.z, y.z), f(x.w, y.w));
   }
 }
 
@@ -391,9 +459,11 @@ __global__ void sum_squares_k(double* total, const float* x, std::size_t n) {
   if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(s));
 }
 
-// one block per row: softmax of the logits, and the loss in log-sum-exp form. The logits are
+// One block per row: softmax of the logits, and the loss in log-sum-exp form. The logits are
 // read twice: once for the maximum and the sum together (each thread keeps a running maximum
-// and rescales its sum when it grows), once to write the probabilities.
+// and rescales its sum when it grows), once to write the probabilities. Vec: 4 logits per load
+// (V a multiple of 4, rows 16-byte aligned).
+template <bool Vec>
 __global__ void crossentropy_forward_k(float* losses, float* probs, const float* logits,
                                        const int32_t* targets, int V) {
   __shared__ float shared[32];
@@ -402,19 +472,48 @@ __global__ void crossentropy_forward_k(float* losses, float* probs, const float*
   float* p = probs + n * V;
   const float z_target = z[targets[n]]; // read before p may overwrite z
   float m = -INFINITY, s = 0.0f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float x = z[i];
-    if (x > m) {
-      s = s * expf(m - x) + 1.0f;
-      m = x;
-    } else {
-      s += expf(x - m);
+  auto add = [&](float x) { // x <= m
+    s += expf(x - m);
+  };
+  if constexpr (Vec) {
+    const float4* z4 = reinterpret_cast<const float4*>(z);
+    for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+      const float4 x = z4[i];
+      const float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+      if (mx > m) {
+        s *= expf(m - mx);
+        m = mx;
+      }
+      add(x.x);
+      add(x.y);
+      add(x.z);
+      add(x.w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+      const float x = z[i];
+      if (x > m) {
+        s = s * expf(m - x) + 1.0f;
+        m = x;
+      } else {
+        add(x);
+      }
     }
   }
   const float mx = block_reduce<true>(m, shared);
   s = block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - mx), shared);
   const float inv = 1.0f / s;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(z[i] - mx) * inv;
+  if constexpr (Vec) {
+    const float4* z4 = reinterpret_cast<const float4*>(z);
+    float4* p4 = reinterpret_cast<float4*>(p);
+    for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+      const float4 x = z4[i];
+      p4[i] = make_float4(expf(x.x - mx) * inv, expf(x.y - mx) * inv, expf(x.z - mx) * inv,
+                          expf(x.w - mx) * inv);
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(z[i] - mx) * inv;
+  }
   if (threadIdx.x == 0) losses[n] = logf(s) + mx - z_target;
 }
 
@@ -428,6 +527,26 @@ __global__ void crossentropy_backward_k(float* dlogits, const float* probs, cons
     float d = probs[i] * dloss;
     if (targets[n] - v_begin == col) d -= dloss;
     dlogits[i] = d;
+  }
+}
+
+// The same, a block per row and 4 columns per load (V a multiple of 4, rows 16-byte aligned):
+// no division per element.
+__global__ void crossentropy_backward4_k(float4* dlogits, const float4* probs,
+                                         const int32_t* targets, float dloss, int V, int v_begin) {
+  const std::size_t row = blockIdx.x;
+  const int t = targets[row] - v_begin; // the target's column, maybe outside [0, V)
+  const std::size_t at = row * (V / 4);
+  for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+    const float4 p = probs[at + i];
+    float4 d = make_float4(p.x * dloss, p.y * dloss, p.z * dloss, p.w * dloss);
+    if (t / 4 == i && t >= 0) {
+      if (t % 4 == 0) d.x -= dloss;
+      if (t % 4 == 1) d.y -= dloss;
+      if (t % 4 == 2) d.z -= dloss;
+      if (t % 4 == 3) d.w -= dloss;
+    }
+    dlogits[at + i] = d;
   }
 }
 
@@ -469,16 +588,39 @@ __global__ void crossentropy_finish_k(float* losses, float* p, const float* sum,
   if (threadIdx.x == 0) losses[n] = logf(sum[n]) + mx[n] - z_target[n];
 }
 
+// One AdamW step of one parameter (the host's order of operations, and torch.optim.AdamW's).
+struct AdamW {
+  float beta1, beta2, eps, decay, grad_scale, step_size, bc2_sqrt;
+  __device__ void operator()(float& param, float& m, float& v, float grad) const {
+    const float gr = grad * grad_scale;
+    float p = param * decay;
+    const float mi = m + (1.0f - beta1) * (gr - m);
+    const float vi = beta2 * v + (1.0f - beta2) * gr * gr;
+    p -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    param = p;
+    m = mi;
+    v = vi;
+  }
+};
+
 __global__ void adamw_k(float* param, float* m, float* v, const float* grad, std::size_t n,
-                        float beta1, float beta2, float eps, float decay, float grad_scale,
-                        float step_size, float bc2_sqrt) {
+                        AdamW f) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const float gr = grad[i] * grad_scale;
-    float p = param[i] * decay;
-    const float mi = m[i] + (1.0f - beta1) * (gr - m[i]);
-    const float vi = beta2 * v[i] + (1.0f - beta2) * gr * gr;
-    p -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    f(param[i], m[i], v[i], grad[i]);
+  }
+}
+
+__global__ void adamw4_k(float4* param, float4* m, float4* v, const float4* grad, std::size_t n4,
+                         AdamW f) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    float4 p = param[i], mi = m[i], vi = v[i];
+    const float4 gr = grad[i];
+    f(p.x, mi.x, vi.x, gr.x);
+    f(p.y, mi.y, vi.y, gr.y);
+    f(p.z, mi.z, vi.z, gr.z);
+    f(p.w, mi.w, vi.w, gr.w);
     param[i] = p;
     m[i] = mi;
     v[i] = vi;
@@ -820,12 +962,27 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   launched("encoder_backward");
 }
 
+// Whether the layer norms of (N, C) rows at these pointers can read 4 floats at a time.
+bool rows_by4(int N, int C, std::initializer_list<const void*> ps) {
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  if (C % 4 != 0) return false;
+  for (const void* p : ps) {
+    if (!by4(n, p)) return false;
+  }
+  return true;
+}
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int N, int C) {
   ready();
   if (N == 0) return;
-  layernorm_forward_k<<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(out, mean, rstd, inp, w, b, N,
-                                                                      C);
+  if (rows_by4(N, C, {out, inp, w, b})) {
+    layernorm_forward_k<true>
+        <<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(out, mean, rstd, inp, w, b, N, C);
+  } else {
+    layernorm_forward_k<false>
+        <<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(out, mean, rstd, inp, w, b, N, C);
+  }
   launched("layernorm_forward");
 }
 
@@ -833,8 +990,13 @@ void layernorm_backward_input(float* dinp, const float* dout, const float* inp, 
                               const float* mean, const float* rstd, int N, int C) {
   ready();
   if (N == 0) return;
-  layernorm_backward_input_k<<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(dinp, dout, inp, w,
-                                                                             mean, rstd, N, C);
+  if (rows_by4(N, C, {dinp, dout, inp, w})) {
+    layernorm_backward_input_k<true>
+        <<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  } else {
+    layernorm_backward_input_k<false>
+        <<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  }
   launched("layernorm_backward_input");
 }
 
@@ -995,28 +1157,33 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   }
 }
 
-void gelu_forward(float* out, const float* inp, std::size_t n) {
+template <class F>
+void map(float* out, const float* a, const float* b, std::size_t n, F f, const char* what) {
   ready();
-  gelu_forward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, inp, n);
-  launched("gelu_forward");
+  if (by4(n, out) && by4(n, a) && (b == nullptr || by4(n, b))) {
+    map4_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
+        reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(a),
+        reinterpret_cast<const float4*>(b), n / 4, f);
+  } else {
+    map_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, a, b, n, f);
+  }
+  launched(what);
+}
+
+void gelu_forward(float* out, const float* inp, std::size_t n) {
+  map(out, inp, nullptr, n, Gelu{}, "gelu_forward");
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
-  ready();
-  gelu_backward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dinp, inp, dout, n);
-  launched("gelu_backward");
+  map(dinp, inp, dout, n, GeluGrad{}, "gelu_backward");
 }
 
 void add(float* out, const float* a, const float* b, std::size_t n) {
-  ready();
-  axpby_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, 1.0f, a, 1.0f, b, n);
-  launched("add");
+  map(out, a, b, n, Axpby{1.0f, 1.0f}, "add");
 }
 
 void accumulate(float* acc, const float* x, std::size_t n) {
-  ready();
-  axpby_k<<<blocks_for(n), kThreads, 0, g.stream>>>(acc, 1.0f, acc, 1.0f, x, n);
-  launched("accumulate");
+  map(acc, acc, x, n, Axpby{1.0f, 1.0f}, "accumulate");
 }
 
 void zero(float* x, std::size_t n) {
@@ -1025,9 +1192,7 @@ void zero(float* x, std::size_t n) {
 }
 
 void scale(float* x, float s, std::size_t n) {
-  ready();
-  axpby_k<<<blocks_for(n), kThreads, 0, g.stream>>>(x, s, x, 0.0f, nullptr, n);
-  launched("scale");
+  map(x, x, nullptr, n, Axpby{s, 0.0f}, "scale");
 }
 
 void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
@@ -1056,8 +1221,14 @@ void crossentropy_forward(float* losses, float* probs, const float* logits, cons
                           int N, int V) {
   ready();
   if (N == 0 || V == 0) return;
-  crossentropy_forward_k<<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, probs, logits,
-                                                                         targets, V);
+  const std::size_t n = static_cast<std::size_t>(N) * V;
+  if (V % 4 == 0 && by4(n, probs) && by4(n, logits)) {
+    crossentropy_forward_k<true>
+        <<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, probs, logits, targets, V);
+  } else {
+    crossentropy_forward_k<false>
+        <<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, probs, logits, targets, V);
+  }
   launched("crossentropy_forward");
 }
 
@@ -1065,8 +1236,15 @@ void crossentropy_backward(float* dlogits, const float* probs, const int32_t* ta
                            int N, int V, int v_begin) {
   ready();
   const std::size_t n = static_cast<std::size_t>(N) * V;
-  crossentropy_backward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dlogits, probs, targets, dloss,
-                                                                    N, V, v_begin);
+  if (n == 0) return;
+  if (V % 4 == 0 && by4(n, dlogits) && by4(n, probs)) {
+    crossentropy_backward4_k<<<static_cast<unsigned>(N), kThreads, 0, g.stream>>>(
+        reinterpret_cast<float4*>(dlogits), reinterpret_cast<const float4*>(probs), targets, dloss,
+        V, v_begin);
+  } else {
+    crossentropy_backward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dlogits, probs, targets,
+                                                                      dloss, N, V, v_begin);
+  }
   launched("crossentropy_backward");
 }
 
@@ -1104,12 +1282,20 @@ void crossentropy_finish(float* losses, float* p, const float* sum, const float*
 void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n,
                   const pt::ops::AdamWStep& s) {
   ready();
-  // the same operation order as the host (and torch.optim.AdamW)
-  const float decay = 1.0f - s.lr * s.weight_decay;
-  const float step_size = static_cast<float>(s.lr / (1.0 - s.beta1_t));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - s.beta2_t));
-  adamw_k<<<blocks_for(n), kThreads, 0, g.stream>>>(param, m, v, grad, n, s.beta1, s.beta2, s.eps,
-                                                    decay, s.grad_scale, step_size, bc2_sqrt);
+  const AdamW f{s.beta1,
+                s.beta2,
+                s.eps,
+                1.0f - s.lr * s.weight_decay,
+                s.grad_scale,
+                static_cast<float>(s.lr / (1.0 - s.beta1_t)),
+                static_cast<float>(std::sqrt(1.0 - s.beta2_t))};
+  if (by4(n, param) && by4(n, m) && by4(n, v) && by4(n, grad)) {
+    adamw4_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
+        reinterpret_cast<float4*>(param), reinterpret_cast<float4*>(m),
+        reinterpret_cast<float4*>(v), reinterpret_cast<const float4*>(grad), n / 4, f);
+  } else {
+    adamw_k<<<blocks_for(n), kThreads, 0, g.stream>>>(param, m, v, grad, n, f);
+  }
   launched("adamw_update");
 }
 

@@ -168,28 +168,31 @@ void run() {
       if (part == 0) expect_close("encoder_backward dwpe", d_dwpe.host(), dwpe);
     }
   }
-  { // layer norm
-    const auto inp = random(NC, -2, 2, 10), w = random(C, 0.5, 1.5, 11), b = random(C, -1, 1, 12);
-    const auto dout = random(NC, -1, 1, 13);
-    std::vector<float> out(NC), mean(N), rstd(N);
+  // layer norm: C a multiple of 4 (4 floats per load) and not
+  for (const int c : {C, C - 1}) {
+    const std::string tag = c == C ? "" : " (C=" + std::to_string(c) + ")";
+    const std::size_t nc = static_cast<std::size_t>(N) * c;
+    const auto inp = random(nc, -2, 2, 10), w = random(c, 0.5, 1.5, 11), b = random(c, -1, 1, 12);
+    const auto dout = random(nc, -1, 1, 13);
+    std::vector<float> out(nc), mean(N), rstd(N);
     Dev<float> d_inp(inp), d_w(w), d_b(b), d_dout(dout), d_out(out), d_mean(mean), d_rstd(rstd);
     ho::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N,
-                          C);
-    co::layernorm_forward(d_out.p, d_mean.p, d_rstd.p, d_inp.p, d_w.p, d_b.p, N, C);
-    expect_close("layernorm_forward out", d_out.host(), out);
-    expect_close("layernorm_forward mean", d_mean.host(), mean);
-    expect_close("layernorm_forward rstd", d_rstd.host(), rstd);
-    auto dinp = random(NC, -1, 1, 14), dw = random(C, -1, 1, 15), db = random(C, -1, 1, 16);
+                          c);
+    co::layernorm_forward(d_out.p, d_mean.p, d_rstd.p, d_inp.p, d_w.p, d_b.p, N, c);
+    expect_close("layernorm_forward out" + tag, d_out.host(), out);
+    expect_close("layernorm_forward mean" + tag, d_mean.host(), mean);
+    expect_close("layernorm_forward rstd" + tag, d_rstd.host(), rstd);
+    auto dinp = random(nc, -1, 1, 14), dw = random(c, -1, 1, 15), db = random(c, -1, 1, 16);
     Dev<float> d_dinp(dinp), d_dw(dw), d_db(db);
     ho::layernorm_backward_input(dinp.data(), dout.data(), inp.data(), w.data(), mean.data(),
-                                 rstd.data(), N, C);
-    co::layernorm_backward_input(d_dinp.p, d_dout.p, d_inp.p, d_w.p, d_mean.p, d_rstd.p, N, C);
-    expect_close("layernorm_backward_input", d_dinp.host(), dinp);
+                                 rstd.data(), N, c);
+    co::layernorm_backward_input(d_dinp.p, d_dout.p, d_inp.p, d_w.p, d_mean.p, d_rstd.p, N, c);
+    expect_close("layernorm_backward_input" + tag, d_dinp.host(), dinp);
     ho::layernorm_backward_weight(dw.data(), db.data(), dout.data(), inp.data(), mean.data(),
-                                  rstd.data(), N, C);
-    co::layernorm_backward_weight(d_dw.p, d_db.p, d_dout.p, d_inp.p, d_mean.p, d_rstd.p, N, C);
-    expect_close("layernorm_backward_weight dw", d_dw.host(), dw);
-    expect_close("layernorm_backward_weight db", d_db.host(), db);
+                                  rstd.data(), N, c);
+    co::layernorm_backward_weight(d_dw.p, d_db.p, d_dout.p, d_inp.p, d_mean.p, d_rstd.p, N, c);
+    expect_close("layernorm_backward_weight dw" + tag, d_dw.host(), dw);
+    expect_close("layernorm_backward_weight db" + tag, d_db.host(), db);
   }
   check_linear("", 1e-4);
   check_attention("", 1e-4, true);
@@ -207,28 +210,28 @@ void run() {
   check_flash_attention(1, 64, 128, 4);           // head size 32, one full tile
   check_flash_attention(3, 37, 128, 2);           // one short tile
   co::set_precision("fp32");
-  { // elementwise
-    const std::size_t n = 100003;
+  for (const std::size_t n : {100003, 100000}) { // elementwise: 4 floats per load, and not
+    const std::string tag = n % 4 == 0 ? " (n % 4 = 0)" : "";
     const auto a = random(n, -4, 4, 40), b = random(n, -1, 1, 41);
     std::vector<float> out(n);
     Dev<float> d_a(a), d_b(b), d_out(out);
     ho::gelu_forward(out.data(), a.data(), n);
     co::gelu_forward(d_out.p, d_a.p, n);
-    expect_close("gelu_forward", d_out.host(), out);
+    expect_close("gelu_forward" + tag, d_out.host(), out);
     ho::gelu_backward(out.data(), a.data(), b.data(), n);
     co::gelu_backward(d_out.p, d_a.p, d_b.p, n);
-    expect_close("gelu_backward", d_out.host(), out);
+    expect_close("gelu_backward" + tag, d_out.host(), out);
     ho::add(out.data(), a.data(), b.data(), n);
     co::add(d_out.p, d_a.p, d_b.p, n);
-    expect_close("add", d_out.host(), out);
+    expect_close("add" + tag, d_out.host(), out);
     ho::accumulate(out.data(), b.data(), n);
     co::accumulate(d_out.p, d_b.p, n);
-    expect_close("accumulate", d_out.host(), out);
+    expect_close("accumulate" + tag, d_out.host(), out);
     ho::scale(out.data(), -0.37f, n);
     co::scale(d_out.p, -0.37f, n);
-    expect_close("scale", d_out.host(), out);
+    expect_close("scale" + tag, d_out.host(), out);
     const double ss_h = ho::sum_squares(out.data(), n), ss_d = co::sum_squares(d_out.p, n);
-    expect_close("sum_squares", {static_cast<float>(ss_d)}, {static_cast<float>(ss_h)});
+    expect_close("sum_squares" + tag, {static_cast<float>(ss_d)}, {static_cast<float>(ss_h)});
     const std::size_t offsets[] = {0, 17, 50000, n}, sizes[] = {17, 49983, 50003, 0};
     double each_h[4], each_d[4];
     ho::sum_squares_each(each_h, out.data(), offsets, sizes, 4);
@@ -238,24 +241,31 @@ void run() {
       got.push_back(static_cast<float>(each_d[i]));
       want.push_back(static_cast<float>(each_h[i]));
     }
-    expect_close("sum_squares_each", got, want);
+    expect_close("sum_squares_each" + tag, got, want);
     ho::zero(out.data(), n);
     co::zero(d_out.p, n);
-    expect_close("zero", d_out.host(), out);
+    expect_close("zero" + tag, d_out.host(), out);
   }
-  { // cross-entropy, whole (probs over the logits, as the engine does) and in pieces
-    const std::size_t nv = static_cast<std::size_t>(N) * V;
+  // cross-entropy, whole (probs over the logits, as the engine does): V a multiple of 4 (4
+  // logits per load) and not
+  for (const int v : {V, V + 3}) {
+    const std::string tag = v % 4 == 0 ? " (V % 4 = 0)" : "";
+    const std::size_t nv = static_cast<std::size_t>(N) * v;
     const auto logits = random(nv, -5, 5, 50);
     std::vector<float> probs = logits, losses(N);
     Dev<float> d_probs(probs), d_losses(losses);
-    ho::crossentropy_forward(losses.data(), probs.data(), probs.data(), targets.data(), N, V);
-    co::crossentropy_forward(d_losses.p, d_probs.p, d_probs.p, d_targets.p, N, V);
-    expect_close("crossentropy_forward losses", d_losses.host(), losses);
-    expect_close("crossentropy_forward probs", d_probs.host(), probs);
-    ho::crossentropy_backward(probs.data(), probs.data(), targets.data(), 0.01f, N, V);
-    co::crossentropy_backward(d_probs.p, d_probs.p, d_targets.p, 0.01f, N, V);
-    expect_close("crossentropy_backward", d_probs.host(), probs);
-    const int vb = 200, Vs = 150; // a vocabulary slice: columns [200, 350)
+    ho::crossentropy_forward(losses.data(), probs.data(), probs.data(), targets.data(), N, v);
+    co::crossentropy_forward(d_losses.p, d_probs.p, d_probs.p, d_targets.p, N, v);
+    expect_close("crossentropy_forward losses" + tag, d_losses.host(), losses);
+    expect_close("crossentropy_forward probs" + tag, d_probs.host(), probs);
+    ho::crossentropy_backward(probs.data(), probs.data(), targets.data(), 0.01f, N, v);
+    co::crossentropy_backward(d_probs.p, d_probs.p, d_targets.p, 0.01f, N, v);
+    expect_close("crossentropy_backward" + tag, d_probs.host(), probs);
+  }
+  { // cross-entropy in pieces over a vocabulary slice
+    const std::size_t nv = static_cast<std::size_t>(N) * V;
+    const auto logits = random(nv, -5, 5, 50);
+    const int vb = 200, Vs = 152; // a vocabulary slice: columns [200, 352), 4 per load
     std::vector<float> x(static_cast<std::size_t>(N) * Vs), mx(N), z(N), sum(N), ls(N);
     for (int r = 0; r < N; ++r) {
       for (int c = 0; c < Vs; ++c) {
@@ -281,8 +291,8 @@ void run() {
     co::crossentropy_backward(d_x.p, d_x.p, d_targets.p, 0.5f, N, Vs, vb);
     expect_close("crossentropy_backward (vocab slice)", d_x.host(), x);
   }
-  { // AdamW, three steps
-    const std::size_t n = 70001;
+  for (const std::size_t n : {70001, 70000}) { // AdamW, three steps; 4 floats per load, and not
+    const std::string tag = n % 4 == 0 ? " (n % 4 = 0)" : "";
     auto p = random(n, -1, 1, 60), m = random(n, -0.1f, 0.1f, 61), v = random(n, 0, 0.01f, 62);
     const auto grad = random(n, -1, 1, 63);
     Dev<float> d_p(p), d_m(m), d_v(v), d_g(grad);
@@ -292,9 +302,9 @@ void run() {
       ho::adamw_update(p.data(), m.data(), v.data(), grad.data(), n, s);
       co::adamw_update(d_p.p, d_m.p, d_v.p, d_g.p, n, s);
     }
-    expect_close("adamw_update param", d_p.host(), p);
-    expect_close("adamw_update m", d_m.host(), m);
-    expect_close("adamw_update v", d_v.host(), v);
+    expect_close("adamw_update param" + tag, d_p.host(), p);
+    expect_close("adamw_update m" + tag, d_m.host(), m);
+    expect_close("adamw_update v" + tag, d_v.host(), v);
   }
   co::synchronize();
 }
