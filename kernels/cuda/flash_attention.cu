@@ -1,11 +1,10 @@
 // The kernels of flash_attention.hpp. A block of 4 warps takes one (sequence, head) and one
-// tile of rows (the forward 128 queries, 32 a warp; the backward 64, 16 a warp) and walks the
-// other side's tiles of 64, which the block stages in shared memory, the next tile arriving by
-// cp.async while the block computes on this one. Products are mma.sync.m16n8k16 (bf16 in, fp32
-// accumulation): a thread holds, of a 16x8 fp32 tile, rows g and g+8 (g = lane / 4) at columns 2t
-// and 2t+1 (t = lane % 4), and those four values of two neighbouring tiles are, packed to bf16,
-// exactly the thread's part of a 16x16 A operand. So a tile of probabilities goes from one product
-// into the next without leaving registers (the FlashAttention-2 arrangement).
+// tile of 64 rows; each warp owns 16 of them and walks the other side's tiles of 64, which the
+// block stages in shared memory. Products are mma.sync.m16n8k16 (bf16 in, fp32 accumulation):
+// a thread holds, of a 16x8 fp32 tile, rows g and g+8 (g = lane / 4) at columns 2t and 2t+1
+// (t = lane % 4), and those four values of two neighbouring tiles are, packed to bf16, exactly
+// the thread's part of a 16x16 A operand. So a tile of probabilities goes from one product into
+// the next without leaving registers (the FlashAttention-2 arrangement).
 //
 // Forward, per query tile: S = q k^T, running row maximum m and sum l, O = O * exp(m_old - m) +
 // P v; at the end O / l and the row's log-sum-exp. Backward, with D_i = sum_d dO_id O_id (equal
@@ -23,10 +22,9 @@ namespace pt::cuda_ops::flash {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kTile = 64; // rows of a block, and of the tiles it walks
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kPad = 8; // bf16 padding per shared row: the fragment loads hit 32 banks
+constexpr int kTile = 64;     // rows of a block, and of the tiles it walks
+constexpr int kThreads = 128; // 4 warps x 16 rows
+constexpr int kPad = 8;       // bf16 padding per shared row: the fragment loads hit 32 banks
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
@@ -137,54 +135,40 @@ __device__ __forceinline__ float quad_max(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
-// grid (T / 128 tiles, B*NH); scale2 = log2(e) / sqrt(HS): scores in base-2 units. A block
-// takes 128 queries, a warp 32 of them as two 16-row tiles (kM), so that every key and value
-// fragment read from shared memory feeds two products.
-constexpr int kM = 2;
-constexpr int kForwardRows = kWarps * kM * 16;
-
+// grid (T tiles, B*NH); scale2 = log2(e) / sqrt(HS): scores in base-2 units.
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
     forward_k(float* out, float* lse, bf16* out16, const bf16* qkv, int T, int NH, float scale2) {
   extern __shared__ uint4 smem[];
   // two stages of a key tile and a value tile, [64][HS + kPad] each: the next pair arrives
-  // while the block works on this one (the 128 queries pass through stage 0 first)
+  // while the block works on this one (the queries pass through stage 0 first)
   constexpr int kRows = kTile * (HS + kPad);
   bf16* const stage = reinterpret_cast<bf16*>(smem);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kForwardRows; // the longest rows first
+  const int qt = gridDim.x - 1 - blockIdx.x; // the longest rows first
   const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
   const bf16* q = qkv + std::size_t(b) * T * C3 + h * HS;
   const bf16* k = q + C;
   const bf16* v = q + 2 * C;
-  const int row0 = q0 + warp * kM * 16; // query of the warp's row 0
+  const int row0 = qt * kTile + warp * 16; // query of the warp's row 0
 
-  load_rows<HS>(stage, q, C3, q0, T);
-  load_rows<HS>(stage + kRows, q, C3, q0 + kTile, T);
+  load_rows<HS>(stage, q, C3, qt * kTile, T);
   __syncthreads();
-  uint32_t qa[kM][HS / 16][4];
+  uint32_t qa[HS / 16][4];
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt) {
-#pragma unroll
-    for (int kc = 0; kc < HS / 16; ++kc) {
-      load_a(qa[mt][kc], stage + (warp * kM + mt) * 16 * (HS + kPad) + kc * 16, HS + kPad);
-    }
-  }
+  for (int kc = 0; kc < HS / 16; ++kc)
+    load_a(qa[kc], stage + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
   __syncthreads(); // stage 0 is refilled next
   fetch_rows<HS>(stage, k, C3, 0, T);
   fetch_rows<HS>(stage + kRows, v, C3, 0, T);
   fetch_commit();
 
-  float o[kM][HS / 8][4] = {};
-  // rows g and g + 8 of each 16-row tile: running maximum and (this thread's part of the) sum
-  float m[kM][2], l[kM][2] = {};
-#pragma unroll
-  for (int mt = 0; mt < kM; ++mt) m[mt][0] = m[mt][1] = -INFINITY;
-  const int last = (min(q0 + kForwardRows, T) - 1) / kTile; // the last key tile any row sees
-  for (int kt = 0; kt <= last; ++kt) {
+  float o[HS / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // rows g and g + 8
+  for (int kt = 0; kt <= qt; ++kt) {
     const bf16* ks = stage + (kt % 2) * 2 * kRows;
     const bf16* vs = ks + kRows;
-    if (kt < last) { // the next pair, into the stage the last iteration used
+    if (kt < qt) { // the next pair, into the stage the last iteration used
       bf16* next = stage + ((kt + 1) % 2) * 2 * kRows;
       fetch_rows<HS>(next, k, C3, (kt + 1) * kTile, T);
       fetch_rows<HS>(next + kRows, v, C3, (kt + 1) * kTile, T);
@@ -192,91 +176,77 @@ __global__ void __launch_bounds__(kThreads)
     fetch_commit(); // (an empty group after the last tile)
     fetch_wait<1>();
     __syncthreads();
-    // a tile whose first key comes after the warp's last row adds nothing to its rows; the
-    // others hold key kt*64 <= every row of the warp (both are multiples of 32), so each row's
-    // maximum is finite from the first tile on
-    if (kt * kTile <= row0 + kM * 16 - 1) {
-      float s[kM][8][4] = {};
+    float s[8][4] = {};
 #pragma unroll
-      for (int kc = 0; kc < HS / 16; ++kc) {
+    for (int kc = 0; kc < HS / 16; ++kc) {
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          uint32_t b0, b1;
-          load_b(b0, b1, ks + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
-#pragma unroll
-          for (int mt = 0; mt < kM; ++mt) mma(s[mt][n], qa[mt][kc], b0, b1);
-        }
+      for (int n = 0; n < 8; ++n) {
+        uint32_t b0, b1;
+        load_b(b0, b1, ks + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
+        mma(s[n], qa[kc], b0, b1);
       }
+    }
+    float mx[2] = {m[0], m[1]};
 #pragma unroll
-      for (int mt = 0; mt < kM; ++mt) {
-        float mx[2] = {m[mt][0], m[mt][1]};
+    for (int n = 0; n < 8; ++n) {
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int qi = row0 + mt * 16 + g + 8 * (e / 2);
-            const int kj = kt * kTile + n * 8 + 2 * t + e % 2;
-            const float x = (kj <= qi && kj < T) ? s[mt][n][e] * scale2 : -INFINITY;
-            s[mt][n][e] = x;
-            mx[e / 2] = fmaxf(mx[e / 2], x);
-          }
-        }
-        float alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          mx[r] = quad_max(mx[r]);
-          alpha[r] = exp2f(m[mt][r] - mx[r]);
-          m[mt][r] = mx[r];
-          l[mt][r] *= alpha[r];
-        }
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float p = exp2f(s[mt][n][e] - m[mt][e / 2]);
-            s[mt][n][e] = p;
-            l[mt][e / 2] += p;
-          }
-        }
-#pragma unroll
-        for (int nd = 0; nd < HS / 8; ++nd) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[mt][nd][e] *= alpha[e / 2];
-        }
+      for (int e = 0; e < 4; ++e) {
+        const int qi = row0 + g + 8 * (e / 2), kj = kt * kTile + n * 8 + 2 * t + e % 2;
+        const float x = (kj <= qi && kj < T) ? s[n][e] * scale2 : -INFINITY;
+        s[n][e] = x;
+        mx[e / 2] = fmaxf(mx[e / 2], x);
       }
+    }
+    float alpha[2];
 #pragma unroll
-      for (int kc = 0; kc < kTile / 16; ++kc) {
-        uint32_t pa[kM][4];
+    for (int r = 0; r < 2; ++r) {
+      // every row sees key kt*64 <= its query, so the maximum is finite from the first tile on
+      mx[r] = quad_max(mx[r]);
+      alpha[r] = exp2f(m[r] - mx[r]);
+      m[r] = mx[r];
+      l[r] *= alpha[r];
+    }
 #pragma unroll
-        for (int mt = 0; mt < kM; ++mt) as_a(pa[mt], s[mt][2 * kc], s[mt][2 * kc + 1]);
+    for (int n = 0; n < 8; ++n) {
 #pragma unroll
-        for (int nd = 0; nd < HS / 8; ++nd) {
-          uint32_t b0, b1;
-          load_b_trans(b0, b1, vs + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[n][e] - m[e / 2]);
+        s[n][e] = p;
+        l[e / 2] += p;
+      }
+    }
 #pragma unroll
-          for (int mt = 0; mt < kM; ++mt) mma(o[mt][nd], pa[mt], b0, b1);
-        }
+    for (int nd = 0; nd < HS / 8; ++nd) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[nd][e] *= alpha[e / 2];
+    }
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) {
+      uint32_t pa[4];
+      as_a(pa, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+      for (int nd = 0; nd < HS / 8; ++nd) {
+        uint32_t b0, b1;
+        load_b_trans(b0, b1, vs + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
+        mma(o[nd], pa, b0, b1);
       }
     }
     __syncthreads(); // every warp is done with this stage before it is refilled
   }
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt) {
+  for (int r = 0; r < 2; ++r) {
+    const int qi = row0 + g + 8 * r;
+    const float sum = quad_sum(l[r]);
+    if (qi >= T) continue;
+    const float inv = 1.0f / sum;
+    const std::size_t at = (std::size_t(b) * T + qi) * C + h * HS + 2 * t;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int qi = row0 + mt * 16 + g + 8 * r;
-      const float sum = quad_sum(l[mt][r]);
-      if (qi >= T) continue;
-      const float inv = 1.0f / sum;
-      const std::size_t at = (std::size_t(b) * T + qi) * C + h * HS + 2 * t;
-#pragma unroll
-      for (int nd = 0; nd < HS / 8; ++nd) {
-        const float x0 = o[mt][nd][2 * r] * inv, x1 = o[mt][nd][2 * r + 1] * inv;
-        *reinterpret_cast<float2*>(out + at + nd * 8) = make_float2(x0, x1);
-        *reinterpret_cast<__nv_bfloat162*>(out16 + at + nd * 8) = __floats2bfloat162_rn(x0, x1);
-      }
-      if (t == 0) lse[std::size_t(blockIdx.y) * T + qi] = m[mt][r] + log2f(sum);
+    for (int nd = 0; nd < HS / 8; ++nd) {
+      const float x0 = o[nd][2 * r] * inv, x1 = o[nd][2 * r + 1] * inv;
+      *reinterpret_cast<float2*>(out + at + nd * 8) = make_float2(x0, x1);
+      *reinterpret_cast<__nv_bfloat162*>(out16 + at + nd * 8) = __floats2bfloat162_rn(x0, x1);
     }
+    if (t == 0) lse[std::size_t(blockIdx.y) * T + qi] = m[r] + log2f(sum);
   }
 }
 
@@ -557,10 +527,8 @@ template <int HS>
 void forward_hs(float* out, float* att, const bf16* qkv, int B, int T, int NH,
                 cudaStream_t stream) {
   const Kept kept(B, T, NH * HS, NH);
-  const dim3 grid(static_cast<unsigned>((T + kForwardRows - 1) / kForwardRows),
-                  static_cast<unsigned>(B * NH));
-  launch(forward_k<HS>, grid, 4 * rows_bytes(HS), stream, "flash attention forward", out, att,
-         at_byte<bf16>(att, kept.out16), qkv, T, NH, scale_of(HS) * kLog2e);
+  launch(forward_k<HS>, grid_of(B, T, NH), 4 * rows_bytes(HS), stream, "flash attention forward",
+         out, att, at_byte<bf16>(att, kept.out16), qkv, T, NH, scale_of(HS) * kLog2e);
 }
 
 template <int HS>
