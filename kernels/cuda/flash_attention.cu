@@ -1,10 +1,12 @@
 // The kernels of flash_attention.hpp. A block of 4 warps takes one (sequence, head) and one
 // tile of 64 rows; each warp owns 16 of them and walks the other side's tiles of 64, which the
-// block stages in shared memory. Products are mma.sync.m16n8k16 (bf16 in, fp32 accumulation):
-// a thread holds, of a 16x8 fp32 tile, rows g and g+8 (g = lane / 4) at columns 2t and 2t+1
-// (t = lane % 4), and those four values of two neighbouring tiles are, packed to bf16, exactly
-// the thread's part of a 16x16 A operand. So a tile of probabilities goes from one product into
-// the next without leaving registers (the FlashAttention-2 arrangement).
+// block stages in shared memory, two stages deep: the next tile arrives by cp.async while the
+// block computes on this one. Operands that sum over a tile's rows are read with ldmatrix
+// .trans, so no tile is stored transposed. Products are mma.sync.m16n8k16 (bf16 in, fp32
+// accumulation): a thread holds, of a 16x8 fp32 tile, rows g and g+8 (g = lane / 4) at columns 2t
+// and 2t+1 (t = lane % 4), and those four values of two neighbouring tiles are, packed to bf16,
+// exactly the thread's part of a 16x16 A operand. So a tile of probabilities goes from one product
+// into the next without leaving registers (the FlashAttention-2 arrangement).
 //
 // Forward, per query tile: S = q k^T, running row maximum m and sum l, O = O * exp(m_old - m) +
 // P v; at the end O / l and the row's log-sum-exp. Backward, with D_i = sum_d dO_id O_id (equal

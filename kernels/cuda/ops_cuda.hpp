@@ -9,6 +9,9 @@
 //   order, and the last bits, change from run to run;
 // - attention_backward ignores its scratch argument and uses device scratch of its own (it
 //   works on all heads of a sequence at once: NH*T*T values, fp32 or bf16);
+// - the att buffer holds the backend's own format: fp32 probabilities at fp32 and tf32, bf16
+//   ones at bf16, and, in the flash kernels (bf16, head size 32 or 64), row statistics and
+//   bf16 copies of the output and of qkv (kernels/cuda/flash_attention.hpp);
 // - exp, log and tanh are CUDA's single-precision functions, not the host's fast_math ones.
 #pragma once
 
