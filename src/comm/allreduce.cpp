@@ -803,7 +803,7 @@ std::vector<AllreduceAlgo> Allreducer::distinct_algorithms() {
 void measurement_drops(int round, const std::vector<double>& fastest_call,
                        std::vector<char>& alive) {
   const double best = *std::min_element(fastest_call.begin(), fastest_call.end());
-  const double limit = round == 1 ? 3.0 : 1.5;
+  const double limit = round == 1 ? 10.0 : 1.5;
   for (std::size_t i = 0; i < alive.size(); ++i) {
     if (fastest_call[i] > limit * best) alive[i] = 0;
   }
@@ -814,14 +814,14 @@ void measurement_drops(int round, const std::vector<double>& fastest_call,
 // candidate runs two calls in a row, the second timed: the first sets up windows, sub-communicators
 // and scratch, and brings back into cache the memory that the other candidates' calls pushed out (a
 // window step timed alone among other algorithms' calls ran up to 2x slower than in a run of its
-// own calls: docs/collectives.md). After each of the first two rounds the slow ones drop out
-// (measurement_drops), and the others get more rounds: as many as fit 20 ms of the fastest one's
-// calls, 3 to 10 in all (a trainer calls each bucket size once per step, or a few times: at most
-// 6 x 2 x 10 calls, and 7 untimed ones of the window step while its stores are timed). Every rank
-// takes the mean of each candidate's fastest 2/3 of calls (with 3 rounds one slow call does not
-// decide), the max over ranks decides, so all ranks pick alike at the same call; the model's choice
-// stays unless another is more than 3% faster. Every call returns the exact sum; which algorithm
-// rounded it differs between calls.
+// own calls: docs/collectives.md). After the first round the hopeless ones drop out, after the
+// second the slow ones (measurement_drops), and the others get more rounds: as many as fit 20 ms of
+// the fastest one's calls, 3 to 10 in all (a trainer calls each bucket size once per step, or a few
+// times: at most 6 x 2 x 10 calls, and 7 untimed ones of the window step while its stores are
+// timed). Every rank takes the mean of each candidate's fastest 2/3 of calls (with 3 rounds one
+// slow call does not decide), the max over ranks decides, so all ranks pick alike at the same call;
+// the model's choice stays unless another is more than 3% faster. Every call returns the exact sum;
+// which algorithm rounded it differs between calls.
 void Allreducer::tuning_call(float* buf, std::size_t n) {
   std::unique_ptr<Trial>& tr = trials_[n];
   if (!tr) tr = std::make_unique<Trial>();

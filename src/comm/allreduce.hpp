@@ -100,10 +100,11 @@ struct AllreduceOptions {
 double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 
 // Which candidates stay in auto's measurement after its timed round `round` (1 or 2), from each
-// one's fastest call so far (max over ranks): after the first round those more than 3x behind
-// the fastest drop out, after the second those more than 1.5x behind. A single call can run 2x
-// slow on a shared machine (a 256 MiB window step timed once at 87 ms, 39 ms in its column), so a
-// close candidate is judged on the faster of two calls.
+// one's fastest call so far (max over ranks): after the first round only the hopeless ones, more
+// than 10x behind the fastest, drop out; after the second those more than 1.5x behind. A single
+// call can run slow by 2-3x (a 256 MiB window step timed once at 87 ms, 39 ms in its column, on
+// the 2-core VM; a 2 MiB one at 1528 us, 424 us in its column, on a 16-core host), so every
+// candidate within 10x is judged on the faster of two calls.
 void measurement_drops(int round, const std::vector<double>& fastest_call,
                        std::vector<char>& alive);
 
