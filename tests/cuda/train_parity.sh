@@ -4,8 +4,10 @@
 # the same losses within 1e-4 relative; then two ranks sharing the GPU run pp = 2 (MPI p2p),
 # dp = 2 and tp = 2 (MPI reductions of host copies; NCCL where two GPUs are visible, one per
 # rank), and each must match the one-rank GPU run within 1e-4; with one GPU, asking for NCCL
-# must be refused (exit 2). Exits 77 (CTest: skipped) when this pipetrain
-# cannot use a GPU, never 0.
+# must be refused (exit 2). Last, the flash attention kernels: ten steps at bf16 of a model with
+# GPT-2's head size (64) and sequences of 160 tokens (three tiles, the last short) against the
+# host's fp32 run, losses within 2 eps = 7.8e-3 relative (the bf16 loss tolerance of the fixture
+# test). Exits 77 (CTest: skipped) when this pipetrain cannot use a GPU, never 0.
 set -uo pipefail
 pipetrain=$1 deck=$2 data=$3 out=$4
 shift 5 # the "--" too
@@ -68,3 +70,10 @@ for layout in dp tp; do
     "log.dir=$out/${layout}2" || exit 1
   python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/${layout}2/metrics.jsonl" || exit 1
 done
+echo "== host fp32 vs CUDA bf16 through the flash attention kernels (head size 64, T = 160) =="
+flash=(model.d_model=128 model.n_head=2 model.seq_len=160 parallel.pp=1)
+run flash_host "$pipetrain" "${common[@]}" "${flash[@]}" "log.dir=$out/flash_host" || exit 1
+run flash_bf16 "$pipetrain" "${common[@]}" "${flash[@]}" device.kind=\"cuda\" \
+  device.precision=\"bf16\" "log.dir=$out/flash_bf16" || exit 1
+python3 "$compare" --losses-only 7.8e-3 "$out/flash_host/metrics.jsonl" \
+  "$out/flash_bf16/metrics.jsonl" || exit 1
