@@ -225,7 +225,10 @@ int bench_allreduce(const Args& a) {
       est = t / static_cast<double>(nc);
     }
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &est, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-    const int iters = std::clamp(static_cast<int>(seconds / std::max(est, 1e-7)), 10, 5000);
+    // at least 30 calls a column: with 10 (the 128 and 256 MiB rows at --seconds 0.3), t90
+    // kept 9, and two stalled calls of a column (1.5-2.8x, seen in both window-step columns
+    // alike) decided a row
+    const int iters = std::clamp(static_cast<int>(seconds / std::max(est, 1e-7)), 30, 5000);
     std::vector<std::vector<double>> calls(nc);
     const std::array<std::size_t, 3> traced = {k_hier, k_hier_again, k_auto};
     std::array<pt::WindowStepTimes, 3> before;
