@@ -137,6 +137,48 @@ __device__ __forceinline__ float quad_max(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
+// The warp's 16 rows of a staged tile (rows HS + kPad apart from `rows`) as A operands, one per
+// 16 columns.
+template <int HS>
+__device__ __forceinline__ void rows_as_a(uint32_t (&a)[HS / 16][4], const bf16* rows) {
+#pragma unroll
+  for (int kc = 0; kc < HS / 16; ++kc) load_a(a[kc], rows + kc * 16, HS + kPad);
+}
+
+// acc[n] += a times the staged tile's rows 8n..8n+7, transposed (a sum over HS): the warp's 16
+// rows against the tile's 64 (q k^T, dout v^T, and the backward's k q^T, v dout^T).
+template <int HS>
+__device__ __forceinline__ void times_rows(float (&acc)[8][4], const uint32_t (&a)[HS / 16][4],
+                                           const bf16* tile) {
+#pragma unroll
+  for (int kc = 0; kc < HS / 16; ++kc) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      uint32_t b0, b1;
+      load_b(b0, b1, tile + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
+      mma(acc[n], a[kc], b0, b1);
+    }
+  }
+}
+
+// acc += x times the staged tile (a sum over its 64 rows): x a 16 x 64 accumulator tile, packed
+// to bf16 in registers (P v, P^T dout, dS^T q, dS k).
+template <int HS>
+__device__ __forceinline__ void times_tile(float (&acc)[HS / 8][4], const float (&x)[8][4],
+                                           const bf16* tile) {
+#pragma unroll
+  for (int kc = 0; kc < kTile / 16; ++kc) {
+    uint32_t xa[4];
+    as_a(xa, x[2 * kc], x[2 * kc + 1]);
+#pragma unroll
+    for (int nd = 0; nd < HS / 8; ++nd) {
+      uint32_t b0, b1;
+      load_b_trans(b0, b1, tile + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
+      mma(acc[nd], xa, b0, b1);
+    }
+  }
+}
+
 // grid (T tiles, B*NH); scale2 = log2(e) / sqrt(HS): scores in base-2 units.
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
@@ -157,9 +199,7 @@ __global__ void __launch_bounds__(kThreads)
   load_rows<HS>(stage, q, C3, qt * kTile, T);
   __syncthreads();
   uint32_t qa[HS / 16][4];
-#pragma unroll
-  for (int kc = 0; kc < HS / 16; ++kc)
-    load_a(qa[kc], stage + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
+  rows_as_a<HS>(qa, stage + warp * 16 * (HS + kPad));
   __syncthreads(); // stage 0 is refilled next
   fetch_rows<HS>(stage, k, C3, 0, T);
   fetch_rows<HS>(stage + kRows, v, C3, 0, T);
@@ -179,15 +219,7 @@ __global__ void __launch_bounds__(kThreads)
     fetch_wait<1>();
     __syncthreads();
     float s[8][4] = {};
-#pragma unroll
-    for (int kc = 0; kc < HS / 16; ++kc) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        uint32_t b0, b1;
-        load_b(b0, b1, ks + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
-        mma(s[n], qa[kc], b0, b1);
-      }
-    }
+    times_rows<HS>(s, qa, ks);
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -222,17 +254,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[nd][e] *= alpha[e / 2];
     }
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      uint32_t pa[4];
-      as_a(pa, s[2 * kc], s[2 * kc + 1]);
-#pragma unroll
-      for (int nd = 0; nd < HS / 8; ++nd) {
-        uint32_t b0, b1;
-        load_b_trans(b0, b1, vs + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
-        mma(o[nd], pa, b0, b1);
-      }
-    }
+    times_tile<HS>(o, s, vs);
     __syncthreads(); // every warp is done with this stage before it is refilled
   }
 #pragma unroll
@@ -295,11 +317,8 @@ __global__ void __launch_bounds__(kThreads)
   load_rows<HS>(stage + kRows, v, C3, kt * kTile, T);
   __syncthreads();
   uint32_t ka[HS / 16][4], va[HS / 16][4];
-#pragma unroll
-  for (int kc = 0; kc < HS / 16; ++kc) {
-    load_a(ka[kc], stage + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
-    load_a(va[kc], stage + kRows + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
-  }
+  rows_as_a<HS>(ka, stage + warp * 16 * (HS + kPad));
+  rows_as_a<HS>(va, stage + kRows + warp * 16 * (HS + kPad));
   __syncthreads(); // stage 0 is refilled next
   fetch_rows<HS>(stage, q, C3, kt * kTile, T);
   fetch_rows<HS>(stage + kRows, dy, C, kt * kTile, T);
@@ -324,17 +343,8 @@ __global__ void __launch_bounds__(kThreads)
     fetch_wait<1>();
     __syncthreads();
     float pt[8][4] = {}, dst[8][4] = {}; // P^T, then dP^T and dS^T: keys x queries
-#pragma unroll
-    for (int kc = 0; kc < HS / 16; ++kc) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        uint32_t b0, b1;
-        load_b(b0, b1, qs + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
-        mma(pt[n], ka[kc], b0, b1);
-        load_b(b0, b1, dos + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
-        mma(dst[n], va[kc], b0, b1);
-      }
-    }
+    times_rows<HS>(pt, ka, qs);
+    times_rows<HS>(dst, va, dos);
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -345,20 +355,8 @@ __global__ void __launch_bounds__(kThreads)
         dst[n][e] = p * (dst[n][e] - rd_s[c]);
       }
     }
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) { // over the tile's 64 queries
-      uint32_t pa[4], da[4];
-      as_a(pa, pt[2 * kc], pt[2 * kc + 1]);
-      as_a(da, dst[2 * kc], dst[2 * kc + 1]);
-#pragma unroll
-      for (int nd = 0; nd < HS / 8; ++nd) {
-        uint32_t b0, b1;
-        load_b_trans(b0, b1, dos + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
-        mma(dv[nd], pa, b0, b1);
-        load_b_trans(b0, b1, qs + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
-        mma(dk[nd], da, b0, b1);
-      }
-    }
+    times_tile<HS>(dv, pt, dos); // over the tile's 64 queries
+    times_tile<HS>(dk, dst, qs);
     __syncthreads(); // every warp is done with this stage (and lse_s, rd_s) before the refill
   }
 #pragma unroll
@@ -407,11 +405,8 @@ __global__ void __launch_bounds__(kThreads)
   load_rows<HS>(stage + kRows, dy, C, qt * kTile, T);
   __syncthreads();
   uint32_t qa[HS / 16][4], da_in[HS / 16][4];
-#pragma unroll
-  for (int kc = 0; kc < HS / 16; ++kc) {
-    load_a(qa[kc], stage + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
-    load_a(da_in[kc], stage + kRows + warp * 16 * (HS + kPad) + kc * 16, HS + kPad);
-  }
+  rows_as_a<HS>(qa, stage + warp * 16 * (HS + kPad));
+  rows_as_a<HS>(da_in, stage + kRows + warp * 16 * (HS + kPad));
   __syncthreads(); // stage 0 is refilled next
   fetch_rows<HS>(stage, k, C3, 0, T);
   fetch_rows<HS>(stage + kRows, v, C3, 0, T);
@@ -429,17 +424,8 @@ __global__ void __launch_bounds__(kThreads)
     fetch_wait<1>();
     __syncthreads();
     float s[8][4] = {}, dp[8][4] = {};
-#pragma unroll
-    for (int kc = 0; kc < HS / 16; ++kc) {
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        uint32_t b0, b1;
-        load_b(b0, b1, ks + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
-        mma(s[n], qa[kc], b0, b1);
-        load_b(b0, b1, vs + n * 8 * (HS + kPad) + kc * 16, HS + kPad);
-        mma(dp[n], da_in[kc], b0, b1);
-      }
-    }
+    times_rows<HS>(s, qa, ks);
+    times_rows<HS>(dp, da_in, vs);
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -449,18 +435,8 @@ __global__ void __launch_bounds__(kThreads)
         dp[n][e] = p * (dp[n][e] - rd[e / 2]);
       }
     }
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) { // over the tile's 64 keys
-      uint32_t dsa[4];
-      as_a(dsa, dp[2 * kc], dp[2 * kc + 1]);
-#pragma unroll
-      for (int nd = 0; nd < HS / 8; ++nd) {
-        uint32_t b0, b1;
-        load_b_trans(b0, b1, ks + kc * 16 * (HS + kPad) + nd * 8, HS + kPad);
-        mma(dq[nd], dsa, b0, b1);
-      }
-    }
-    __syncthreads(); // every warp is done with this stage before it is refilled
+    times_tile<HS>(dq, dp, ks); // over the tile's 64 keys
+    __syncthreads();            // every warp is done with this stage before it is refilled
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
