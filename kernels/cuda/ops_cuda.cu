@@ -117,9 +117,14 @@ constexpr float kLayerNormEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-// Whether n floats at p can be read as n / 4 float4s: n a multiple of 4, p 16-byte aligned.
-bool by4(std::size_t n, const void* p) {
-  return n % 4 == 0 && reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+// Whether n floats at each of ps can be read as n / 4 float4s: n a multiple of 4, every pointer
+// 16-byte aligned (a null one, an absent operand, is no obstacle).
+bool by4(std::size_t n, std::initializer_list<const void*> ps) {
+  if (n % 4 != 0) return false;
+  for (const void* p : ps) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
 }
 
 unsigned blocks_for(std::size_t n, int threads = kThreads) {
@@ -964,12 +969,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 
 // Whether the layer norms of (N, C) rows at these pointers can read 4 floats at a time.
 bool rows_by4(int N, int C, std::initializer_list<const void*> ps) {
-  const std::size_t n = static_cast<std::size_t>(N) * C;
-  if (C % 4 != 0) return false;
-  for (const void* p : ps) {
-    if (!by4(n, p)) return false;
-  }
-  return true;
+  return C % 4 == 0 && by4(static_cast<std::size_t>(N) * C, ps);
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
@@ -1160,7 +1160,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 template <class F>
 void map(float* out, const float* a, const float* b, std::size_t n, F f, const char* what) {
   ready();
-  if (by4(n, out) && by4(n, a) && (b == nullptr || by4(n, b))) {
+  if (by4(n, {out, a, b})) {
     map4_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
         reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(a),
         reinterpret_cast<const float4*>(b), n / 4, f);
@@ -1222,7 +1222,7 @@ void crossentropy_forward(float* losses, float* probs, const float* logits, cons
   ready();
   if (N == 0 || V == 0) return;
   const std::size_t n = static_cast<std::size_t>(N) * V;
-  if (V % 4 == 0 && by4(n, probs) && by4(n, logits)) {
+  if (V % 4 == 0 && by4(n, {probs, logits})) {
     crossentropy_forward_k<true>
         <<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, probs, logits, targets, V);
   } else {
@@ -1237,7 +1237,7 @@ void crossentropy_backward(float* dlogits, const float* probs, const int32_t* ta
   ready();
   const std::size_t n = static_cast<std::size_t>(N) * V;
   if (n == 0) return;
-  if (V % 4 == 0 && by4(n, dlogits) && by4(n, probs)) {
+  if (V % 4 == 0 && by4(n, {dlogits, probs})) {
     crossentropy_backward4_k<<<static_cast<unsigned>(N), kThreads, 0, g.stream>>>(
         reinterpret_cast<float4*>(dlogits), reinterpret_cast<const float4*>(probs), targets, dloss,
         V, v_begin);
@@ -1289,7 +1289,7 @@ void adamw_update(float* param, float* m, float* v, const float* grad, std::size
                 s.grad_scale,
                 static_cast<float>(s.lr / (1.0 - s.beta1_t)),
                 static_cast<float>(std::sqrt(1.0 - s.beta2_t))};
-  if (by4(n, param) && by4(n, m) && by4(n, v) && by4(n, grad)) {
+  if (by4(n, {param, m, v, grad})) {
     adamw4_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
         reinterpret_cast<float4*>(param), reinterpret_cast<float4*>(m),
         reinterpret_cast<float4*>(v), reinterpret_cast<const float4*>(grad), n / 4, f);
