@@ -809,6 +809,18 @@ void measurement_drops(int round, const std::vector<double>& fastest_call,
   }
 }
 
+std::size_t measurement_pick(const std::vector<double>& seconds, const std::vector<double>& error,
+                             const std::vector<char>& alive, std::size_t model) {
+  std::size_t best = seconds.size();
+  for (std::size_t i = 0; i < seconds.size(); ++i) {
+    if (alive[i] && (best == seconds.size() || seconds[i] < seconds[best])) best = i;
+  }
+  if (model >= seconds.size() || !alive[model] || model == best) return best;
+  const double gap = seconds[model] - seconds[best];
+  const double noise = 2.0 * std::sqrt(error[model] * error[model] + error[best] * error[best]);
+  return seconds[model] <= 1.03 * seconds[best] || gap <= noise ? model : best;
+}
+
 // auto's measurement of a new size, on the caller's own calls (STAR-MPI's approach: Faraj, Yuan &
 // Lowenthal, ICS 2006): successive calls run each distinct algorithm in turn, after a barrier. Each
 // candidate runs two calls in a row, the second timed: the first sets up windows, sub-communicators
@@ -820,8 +832,8 @@ void measurement_drops(int round, const std::vector<double>& fastest_call,
 // times: at most 6 x 2 x 10 calls, and 7 untimed ones of the window step while its stores are
 // timed). Every rank takes the mean of each candidate's fastest 2/3 of calls (with 3 rounds one
 // slow call does not decide), the max over ranks decides, so all ranks pick alike at the same call;
-// the model's choice stays unless another is more than 3% faster. Every call returns the exact sum;
-// which algorithm rounded it differs between calls.
+// the model's choice stays unless another is faster beyond the noise (measurement_pick). Every call
+// returns the exact sum; which algorithm rounded it differs between calls.
 void Allreducer::tuning_call(float* buf, std::size_t n) {
   std::unique_ptr<Trial>& tr = trials_[n];
   if (!tr) tr = std::make_unique<Trial>();
@@ -846,19 +858,22 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   tr->next = c + 1;
   while (tr->next < k && !tr->alive[tr->next]) ++tr->next;
   if (tr->next < k) return;
-  // end of a round: agree on each candidate's time (max over ranks of its fastest 2/3 of calls)
+  // end of a round: agree on each candidate's time (max over ranks of its fastest 2/3 of calls),
+  // followed by the standard error of that time (the largest of any rank)
   auto agree = [&](std::size_t drop_one_in) {
-    std::vector<double> med(k, 1e30); // out: never the fastest
+    std::vector<double> med(2 * k, 0.0);
     for (std::size_t i = 0; i < k; ++i) {
-      if (tr->alive[i]) med[i] = mean_of_fastest(tr->calls[i], drop_one_in);
+      med[i] = tr->alive[i] ? mean_of_fastest(tr->calls[i], drop_one_in) : 1e30; // out: slowest
+      if (tr->alive[i]) med[k + i] = error_of_fastest(tr->calls[i], drop_one_in);
     }
-    PT_MPI(
-        MPI_Allreduce(MPI_IN_PLACE, med.data(), static_cast<int>(k), MPI_DOUBLE, MPI_MAX, comm_));
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, med.data(), static_cast<int>(2 * k), MPI_DOUBLE, MPI_MAX,
+                         comm_));
     return med;
   };
   ++tr->round;
   if (tr->round <= 2) { // drop the slow ones, each judged by its fastest call
-    const std::vector<double> fastest = agree(1);
+    std::vector<double> fastest = agree(1);
+    fastest.resize(k); // the times alone
     for (std::size_t i = 0; i < k; ++i) {
       if (tr->alive[i]) tr->at_drop[i] = fastest[i];
     }
@@ -871,24 +886,20 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   tr->next = 0;
   while (!tr->alive[tr->next]) ++tr->next;
   if (tr->round < tr->rounds) return;
-  const std::vector<double> med = agree(3);
+  std::vector<double> med = agree(3);
   TuneResult res;
   res.switches = tr->switches;
   res.remeasures = tr->remeasures;
   res.model = choose_algorithm(static_cast<double>(n) * sizeof(float), size_, opt_.node_size,
                                opt_.topology);
-  std::size_t best = k, model_k = k;
+  std::size_t model_k = k;
   for (std::size_t i = 0; i < k; ++i) {
-    const double t = tr->alive[i] ? med[i] : tr->at_drop[i];
-    res.seconds.emplace_back(tr->cand[i], t);
-    if (tr->alive[i] && (best == k || t < res.seconds[best].second)) best = i;
+    res.seconds.emplace_back(tr->cand[i], tr->alive[i] ? med[i] : tr->at_drop[i]);
     if (tr->cand[i] == res.model) model_k = i;
   }
-  res.pick = tr->cand[best];
-  if (model_k < k && tr->alive[model_k] &&
-      res.seconds[model_k].second <= 1.03 * res.seconds[best].second) {
-    res.pick = res.model;
-  }
+  const std::vector<double> error(med.begin() + static_cast<std::ptrdiff_t>(k), med.end());
+  med.resize(k);
+  res.pick = tr->cand[measurement_pick(med, error, tr->alive, model_k)];
   for (std::size_t i = 0; i < k; ++i) {
     if (tr->cand[i] != res.pick) (tr->alive[i] ? res.others : res.dropped).push_back(tr->cand[i]);
   }

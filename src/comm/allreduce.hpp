@@ -108,11 +108,21 @@ double mean_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 void measurement_drops(int round, const std::vector<double>& fastest_call,
                        std::vector<char>& alive);
 
+// auto's pick at the end of its measurement (an index into the candidates), from each one's
+// agreed time, the standard error of that time (both max over ranks), which ones stayed in, and
+// the model's choice (its index; out of range: not a candidate). The fastest, unless the model's
+// choice stayed in and is within 3% of it or within twice the standard error of their
+// difference: below a few microseconds recursive doubling and MPI_Allreduce differ by less than
+// one call jitters, and a 3% margin alone picked the one that the benchmark's columns then timed
+// 1.13-1.24x slower (docs/collectives.md, "Stop 21"). The watch judges a challenger the same way.
+std::size_t measurement_pick(const std::vector<double>& seconds, const std::vector<double>& error,
+                             const std::vector<char>& alive, std::size_t model);
+
 // What auto's measurement found for one message size: every candidate's time (max over ranks of its
 // mean fastest-2/3 call; one that dropped out keeps its fastest call at the drop) and the pick. The
-// model's choice wins near-ties (within 3%). Afterwards each window of 64 calls ends with a burst
-// of five calls of one of the other candidates (watch_role): those that stayed within 1.5x in turn,
-// and in every 4th window one of those that dropped out (they may have become the fastest). A
+// model's choice wins near-ties (measurement_pick). Afterwards each window of 64 calls ends with a
+// burst of five calls of one of the other candidates (watch_role): those that stayed within 1.5x in
+// turn, and in every 4th window one of those that dropped out (they may have become the fastest). A
 // window step that challenges first repeats its untimed call until its store chooser has timed both
 // kinds afresh (up to 8 calls: its times may date from another state of the machine). A challenger
 // measured far behind gets longer windows (up to 1,024 calls), so trying it costs about 2% of the
