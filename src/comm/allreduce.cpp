@@ -405,23 +405,31 @@ void StoreChooser::seed(const StoreChooser& last) {
 
 void StoreChooser::forget() {
   per_float_[0] = per_float_[1] = 0.0;
+  own_[0] = own_[1] = 0.0;
   timed_ = 0;
   tried_ = 0;
 }
 
-void StoreChooser::learn(int kind, double seconds_per_float) {
+bool StoreChooser::learn(int kind, double seconds_per_float) {
   ++timed_;
   if (kind == kind_) {
-    double& t = per_float_[kind];
+    double& t = own_[kind];
     t = t > 0.0 ? 0.7 * t + 0.3 * seconds_per_float : seconds_per_float;
-    return;
+    return false;
   }
   trial_[tried_++] = seconds_per_float;
-  if (tried_ < kTrial) return;
+  if (tried_ < kTrial) return false;
   tried_ = 0;
   std::sort(trial_, trial_ + kTrial);
-  per_float_[kind] = trial_[kTrial / 2];
-  if (per_float_[kind] < per_float_[kind_]) kind_ = kind;
+  own_[kind] = trial_[kTrial / 2];
+  return true;
+}
+
+void StoreChooser::settle(double cached, double streaming) {
+  per_float_[0] = cached;
+  per_float_[1] = streaming;
+  const int other = 1 - kind_;
+  if (per_float_[other] > 0.0 && per_float_[other] < per_float_[kind_]) kind_ = other;
 }
 
 // Node-local reduce-scatter and all-gather through the shared window, per segment of at most
@@ -523,7 +531,11 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     if (chooser != nullptr && !grown) {
       const auto t3 = Clock::now();
       const std::chrono::duration<double> took = (t1 - t0) + (t3 - t2), wait = t2 - t1;
-      chooser->learn(stores, took.count() / static_cast<double>(w));
+      if (chooser->learn(stores, took.count() / static_cast<double>(w))) { // a try ended
+        double agreed[2] = {chooser->own(0), chooser->own(1)};
+        PT_MPI(MPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_DOUBLE, MPI_MAX, g.row));
+        chooser->settle(agreed[0], agreed[1]);
+      }
       g.last = chooser;
       g.times.timed += took.count();
       g.times.wait += wait.count();

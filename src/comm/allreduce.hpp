@@ -38,18 +38,27 @@ std::optional<AllreduceAlgo> parse_allreduce(const std::string& name);
 // faster for the whole step. adaptive: times both per segment, see shm_two_level.
 enum class WindowStores { adaptive, cached, streaming };
 
-// adaptive window stores for segments of one size: the kind in use (0 cached, 1 streaming)
-// keeps a smoothed time per float (a new class starts with the kind of the class timed last:
-// seed); the other kind is first tried right after the first segment, then runs the last 3 of
-// every period segments
-// (period 16 to 512, a power of two so that ranks with different periods still try on common
-// segments, chosen to keep the tries near 2% of the time), and the median of those three
-// replaces its time (measured long ago, perhaps on a machine in another state). The faster kind
-// is kept. Each rank chooses alone: the kinds differ only in speed.
+// adaptive window stores for segments of one size, chosen jointly by the window's ranks: the
+// kind in use (0 cached, 1 streaming) and a time per float of each kind, the same on every rank
+// (a new class starts with the kind of the class timed last: seed). The other kind is first
+// tried right after the first segment, then runs the last 3 of every period segments (period 16
+// to 512, a power of two, chosen to keep the tries near 2% of the time). Each rank learns its
+// own times: a smoothed time of the kind in use, and the median of a try's three segments for
+// the other. When a try ends, learn says so, and the caller agrees both times over the ranks
+// (the slowest rank's, since the step waits for it) and settles them: the faster kind is kept
+// by every rank alike. Ranks that chose alone could end up one on each kind, and then their
+// tries, on the same segments, only swapped which rank used which: a machine state where one
+// kind is slow left such a pair on the slow mixture (docs/collectives.md, "Stop 22").
 class StoreChooser {
 public:
-  int next() const; // the kind for the next segment
-  void learn(int kind, double seconds_per_float);
+  int next() const; // the kind for the next segment (the same on every rank)
+  // This rank's time of the segment it ran with kind. True when a try of the other kind has
+  // just ended: every rank then settles the times agreed over the ranks (own, settle).
+  bool learn(int kind, double seconds_per_float);
+  // The agreed times per kind, the largest over the ranks of own(0) and own(1): the faster is
+  // kept. A rank alone settles its own.
+  void settle(double cached, double streaming);
+  double own(int kind) const { return own_[kind]; } // this rank's seconds per float; 0: none
   // Before anything is timed: start with the kind of the chooser of the segment size timed
   // last. Not its times: the ratio of the two kinds changes with the segment size (at 8 KiB
   // cached stores won where streaming ones ran 10x faster at 128 KiB), and a seeded time of
@@ -57,7 +66,7 @@ public:
   // once it lost its measurement, ran only a few times per thousand calls.
   void seed(const StoreChooser& last);
   int kind() const { return kind_; }
-  double per_float(int kind) const { return per_float_[kind]; } // seconds; 0: not timed
+  double per_float(int kind) const { return per_float_[kind]; } // agreed seconds; 0: none yet
   std::uint64_t segments_timed() const { return timed_; }
   bool timed_both() const { return per_float_[0] > 0.0 && per_float_[1] > 0.0; }
   // Both times forgotten, the kind kept: the next segments time both again (auto's
@@ -66,7 +75,8 @@ public:
 
 private:
   static constexpr int kTrial = 3;   // segments per try of the other kind
-  double per_float_[2] = {0.0, 0.0}; // 0: not timed yet
+  double per_float_[2] = {0.0, 0.0}; // agreed at the last settle; 0: not yet
+  double own_[2] = {0.0, 0.0};       // this rank's; 0: not timed yet
   int kind_ = 0;
   std::uint64_t timed_ = 0;
   double trial_[kTrial] = {};

@@ -318,6 +318,11 @@ TEST(AutoWatch, SwitchIsRecheckedNextWindow) {
 // The window's stores: segments whose times depend on the kind of stores (and on a machine
 // state that changes) end up on the faster kind, and the slower kind runs about 2% of the
 // segments or fewer.
+// One rank alone: a try's end settles its own times.
+void learn_alone(pt::StoreChooser& ch, int kind, double seconds_per_float) {
+  if (ch.learn(kind, seconds_per_float)) ch.settle(ch.own(0), ch.own(1));
+}
+
 TEST(WindowStores, ChooserFollowsTheFasterKind) {
   pt::StoreChooser c;
   auto run = [&](int segments, double cached, double streaming) {
@@ -325,7 +330,7 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
     for (int i = 0; i < segments; ++i) {
       const int k = c.next();
       tries += k != c.kind() ? 1 : 0;
-      c.learn(k, k == 0 ? cached : streaming);
+      learn_alone(c, k, k == 0 ? cached : streaming);
     }
     return tries;
   };
@@ -344,7 +349,7 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
   for (int i = 0; i < 4; ++i) {
     const int k = d.next();
     EXPECT_EQ(k, i == 0 ? 0 : 1);
-    d.learn(k, k == 0 ? 1.0 : (i == 2 ? 0.1 : 2.0));
+    learn_alone(d, k, k == 0 ? 1.0 : (i == 2 ? 0.1 : 2.0));
   }
   EXPECT_EQ(d.kind(), 0);
   // a new size class starts with the kind of the class timed last, but not with its times (the
@@ -358,7 +363,7 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
     for (int i = 0; i < 4; ++i) {
       const int k = ch.next();
       EXPECT_EQ(k, i == 0 ? kept : 1 - kept) << "segment " << i;
-      ch.learn(k, k == 0 ? cached : streaming);
+      learn_alone(ch, k, k == 0 ? cached : streaming);
     }
     EXPECT_TRUE(ch.timed_both());
   };
@@ -368,7 +373,7 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
   time_both(g, 1.0, 0.5); // streaming faster at this size
   EXPECT_EQ(g.kind(), 1);
   pt::StoreChooser cached_only;
-  cached_only.learn(0, 1.0);
+  learn_alone(cached_only, 0, 1.0);
   g.seed(cached_only);
   EXPECT_EQ(g.kind(), 1);
   // auto's re-measurement of a size forgets both times but keeps the kind: the next four
@@ -377,6 +382,68 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
   EXPECT_EQ(g.kind(), 1);
   time_both(g, 0.5, 1.0); // now cached stores are faster
   EXPECT_EQ(g.kind(), 0);
+}
+
+// Two ranks of one window. A rank's step reads the other's part, so its time depends on both
+// ranks' kinds: here (cores far apart) any cached stores make both ranks' steps 5x slower.
+// Choosing alone, a pair that starts one on each kind tries the other kind on the same segments,
+// so each try only swaps the mixture and looks as slow: it stays mixed. Agreeing the times at
+// the end of each try (the slower rank's), the pair runs one kind on every segment and leaves
+// the slow one at its first try, and the agreed choice follows a change back.
+TEST(WindowStores, RanksChooseTogether) {
+  auto cost = [](int rank, int k0, int k1, bool far) {
+    const double scale = rank == 0 ? 1.0 : 1.3; // the ranks' own times differ
+    if (!far) return scale * (k0 == 0 && k1 == 0 ? 1.0 : 1.6);
+    return scale * (k0 == 1 && k1 == 1 ? 1.0 : 5.0);
+  };
+  // alone, from a mixture: both ranks' tries land on the same segments
+  pt::StoreChooser a, b, streaming;
+  for (int i = 0; i < 4; ++i) { // a class where streaming stores won
+    const int k = streaming.next();
+    learn_alone(streaming, k, k == 0 ? 2.0 : 1.0);
+  }
+  ASSERT_EQ(streaming.kind(), 1);
+  b.seed(streaming); // b starts on streaming stores, a on cached ones
+  int mixed = 0;
+  for (int i = 0; i < 2048; ++i) {
+    const int k0 = a.next(), k1 = b.next();
+    mixed += k0 != k1 ? 1 : 0;
+    learn_alone(a, k0, cost(0, k0, k1, true));
+    learn_alone(b, k1, cost(1, k0, k1, true));
+  }
+  EXPECT_NE(a.kind(), b.kind()); // the trap that the agreement removes
+  EXPECT_GT(mixed, 2000);
+  // together: the same kind on every segment, streaming found at the first try
+  pt::StoreChooser c, d;
+  auto run = [&](int segments, bool far) {
+    int tries = 0;
+    for (int i = 0; i < segments; ++i) {
+      const int k = c.next();
+      EXPECT_EQ(d.next(), k) << "segment " << i;
+      tries += k != c.kind() ? 1 : 0;
+      const bool ended = c.learn(k, cost(0, k, k, far));
+      EXPECT_EQ(d.learn(k, cost(1, k, k, far)), ended);
+      if (ended) {
+        const double cached = std::max(c.own(0), d.own(0));
+        const double streamed = std::max(c.own(1), d.own(1));
+        c.settle(cached, streamed);
+        d.settle(cached, streamed);
+      }
+    }
+    return tries;
+  };
+  ASSERT_EQ(a.kind(), 0);
+  c.seed(a); // both start on cached stores
+  d.seed(a);
+  run(8, true);
+  EXPECT_EQ(c.kind(), 1);
+  EXPECT_EQ(d.kind(), 1);
+  EXPECT_LE(run(4096, true), 4096 * 3 / 512 + 3);
+  EXPECT_DOUBLE_EQ(c.per_float(1), d.per_float(1)); // agreed: the slower rank's time
+  EXPECT_DOUBLE_EQ(c.per_float(1), 1.3);
+  run(1024, false); // the cores close again: cached stores found within 512 segments
+  EXPECT_EQ(c.kind(), 0);
+  EXPECT_EQ(d.kind(), 0);
 }
 
 TEST(GradBuckets, ReverseLayerOrderCoveringEverything) {
