@@ -4,6 +4,8 @@
 //   build/pipetrain-bench simulate --nodes N [--ranks-per-node G] [--topology T | --calibration F]
 //   mpirun -np P build/pipetrain-bench calibrate [--out calibration.toml] [--ranks-per-node N]
 //   mpirun -np P build/pipetrain-bench window [--samples 60]   (all ranks on one node)
+//   mpirun -np P build/pipetrain-bench instances [--instances 6] [--rounds 16]
+//          [--stores adaptive|cached|streaming|KIND,KIND,...]   (all ranks on one node)
 // allreduce: OSU-style (each call timed alone between barriers; avg/min/max over ranks of each
 // rank's mean) for MPI_Allreduce, every comm.allreduce algorithm, "auto" (measured choice),
 // "model" (auto with comm.autotune = false), MPI_Allreduce again (the run's noise floor) and
@@ -20,7 +22,9 @@
 // next to the bandwidth bound. calibrate: measures alpha, beta (MPI_Sendrecv exchanges) inside a
 // node and between nodes, and gamma (float32 sums), and writes the TOML that comm.calibration
 // reads. window: per sample, the round trip of a cache line between two cores and hierarchical's
-// window step with each kind of stores against MPI_Allreduce (docs/collectives.md).
+// window step with each kind of stores against MPI_Allreduce (docs/collectives.md). instances:
+// several instances of hierarchical, each with its own window, side by side (the spread between
+// windows, and windows whose ranks store differently).
 #include <mpi.h>
 
 #include <algorithm>
@@ -479,6 +483,128 @@ int bench_window(const Args& a) {
   return 0;
 }
 
+// ---- instances --------------------------------------------------------------------------------
+
+// Several instances of hierarchical on one node, each with its own window, called in turn (a
+// shuffled order per pass) at a few sizes, round after round: per round and size the median call
+// of each instance (max over ranks) and the kind of stores each rank ends on; at the end each
+// instance's mean over the rounds, over the mean of all instances. A spread that keeps the same
+// instances slow round after round belongs to their windows; one that moves is the machine's.
+// --stores: adaptive, cached or streaming for every rank, or a list by rank ("cached,streaming":
+// rank 0 cached, rank 1 streaming), to time a window whose ranks store differently.
+int bench_instances(const Args& a) {
+  MPI_Comm sh;
+  PT_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &sh));
+  int r = 0, p = 1, world = 1;
+  PT_MPI(MPI_Comm_rank(sh, &r));
+  PT_MPI(MPI_Comm_size(sh, &p));
+  PT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  if (p < 2 || p != world) {
+    PT_MPI(MPI_Comm_free(&sh));
+    throw std::invalid_argument("instances needs 2 or more ranks, all on one node");
+  }
+  const int count = std::clamp(static_cast<int>(a.num("--instances", 6)), 2, 16);
+  const int rounds = std::max(1, static_cast<int>(a.num("--rounds", 16)));
+  std::vector<std::string> kinds;
+  {
+    std::string list = a.get("--stores", "adaptive") + ",";
+    for (std::size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos;
+         at = comma + 1) {
+      kinds.push_back(list.substr(at, comma - at));
+    }
+  }
+  const std::string mine = kinds[static_cast<std::size_t>(r) % kinds.size()];
+  pt::AllreduceOptions opt;
+  opt.algo = pt::AllreduceAlgo::hierarchical;
+  opt.node_size = p;
+  opt.tune = false;
+  if (mine == "cached") {
+    opt.window_stores = pt::WindowStores::cached;
+  } else if (mine == "streaming") {
+    opt.window_stores = pt::WindowStores::streaming;
+  } else if (mine != "adaptive") {
+    PT_MPI(MPI_Comm_free(&sh));
+    throw std::invalid_argument("--stores takes adaptive, cached or streaming (or a list by "
+                                "rank), got \"" +
+                                mine + "\"");
+  }
+  std::vector<std::unique_ptr<pt::Allreducer>> red;
+  for (int k = 0; k < count; ++k) red.push_back(std::make_unique<pt::Allreducer>(sh, opt));
+  const std::size_t sizes[] = {std::size_t{1} << 15, std::size_t{1} << 17, std::size_t{1} << 19,
+                               std::size_t{1} << 21};
+  const std::size_t ns = std::size(sizes), kc = static_cast<std::size_t>(count);
+  std::vector<float> buf(sizes[ns - 1]);
+  std::vector<std::size_t> order(kc);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::mt19937 shuffler(20261123);
+  std::vector<std::vector<double>> total(ns, std::vector<double>(kc, 0.0)); // sums over rounds
+  if (r == 0) {
+    std::printf("# pipetrain-bench instances: %d ranks on one node, %d instances of hierarchical "
+                "(own windows), stores %s; per size: slowest/fastest instance, then each "
+                "instance's median call in us (max over ranks) / the kind each rank ends on "
+                "(0 cached, 1 streaming, - fixed)\n",
+                p, count, a.get("--stores", "adaptive").c_str());
+  }
+  for (int round = 0; round < rounds; ++round) {
+    if (r == 0) std::printf("round %3d", round);
+    for (std::size_t si = 0; si < ns; ++si) {
+      const std::size_t n = sizes[si];
+      const int reps = std::max(30, static_cast<int>(300000 / n));
+      std::vector<std::vector<double>> t(kc);
+      for (std::size_t k = 0; k < kc; ++k) red[k]->sum(buf.data(), n); // untimed: warm
+      for (int it = 0; it < reps; ++it) {
+        for (std::size_t i = kc - 1; i > 0; --i) std::swap(order[i], order[shuffler() % (i + 1)]);
+        for (std::size_t k : order) {
+          fill_like_gradients(buf.data(), n);
+          PT_MPI(MPI_Barrier(sh));
+          const double t0 = MPI_Wtime();
+          red[k]->sum(buf.data(), n);
+          t[k].push_back(MPI_Wtime() - t0);
+        }
+      }
+      std::vector<double> med(kc);
+      std::vector<int> kind(kc * static_cast<std::size_t>(p), 0);
+      for (std::size_t k = 0; k < kc; ++k) {
+        std::sort(t[k].begin(), t[k].end());
+        med[k] = t[k][t[k].size() / 2];
+        const auto st = red[k]->window_stores_of(n);
+        kind[k * static_cast<std::size_t>(p) + static_cast<std::size_t>(r)] = st ? st->kind() : 2;
+      }
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, med.data(), count, MPI_DOUBLE, MPI_MAX, sh));
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, kind.data(), static_cast<int>(kind.size()), MPI_INT,
+                           MPI_SUM, sh));
+      for (std::size_t k = 0; k < kc; ++k) total[si][k] += med[k];
+      if (r == 0) {
+        const auto [lo, hi] = std::minmax_element(med.begin(), med.end());
+        std::printf(" | %s %4.2f", human(static_cast<double>(n * 4)).c_str(), *hi / *lo);
+        for (std::size_t k = 0; k < kc; ++k) {
+          std::printf(" %6.0f/", med[k] * 1e6);
+          for (int q = 0; q < p; ++q) {
+            const int kd = kind[k * static_cast<std::size_t>(p) + static_cast<std::size_t>(q)];
+            std::printf("%c", kd == 2 ? '-' : static_cast<char>('0' + kd));
+          }
+        }
+      }
+    }
+    if (r == 0) {
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  if (r == 0) {
+    std::printf("# each instance's mean over the rounds / the mean of all instances:");
+    for (std::size_t si = 0; si < ns; ++si) {
+      const double all = std::accumulate(total[si].begin(), total[si].end(), 0.0) / count;
+      std::printf(" | %s", human(static_cast<double>(sizes[si] * 4)).c_str());
+      for (std::size_t k = 0; k < kc; ++k) std::printf(" %5.3f", total[si][k] / all);
+    }
+    std::printf("\n");
+  }
+  red.clear();
+  PT_MPI(MPI_Comm_free(&sh));
+  return 0;
+}
+
 // ---- simulate ---------------------------------------------------------------------------------
 
 int simulate(const Args& a) {
@@ -711,13 +837,15 @@ int calibrate(const Args& a) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: pipetrain-bench allreduce|simulate|calibrate|window [options]\n"
+               "usage: pipetrain-bench allreduce|simulate|calibrate|window|instances [options]\n"
                "  mpirun -np P pipetrain-bench allreduce [--min-bytes B] [--max-bytes B] "
                "[--seconds S] [--ranks-per-node N] [--topology T | --calibration F]\n"
                "  pipetrain-bench simulate --nodes N [--ranks-per-node G] "
                "[--topology flat|fat-tree|tianhe | --calibration F]\n"
                "  mpirun -np P pipetrain-bench calibrate [--out FILE] [--ranks-per-node N]\n"
-               "  mpirun -np P pipetrain-bench window [--samples N]   (one node)\n");
+               "  mpirun -np P pipetrain-bench window [--samples N]   (one node)\n"
+               "  mpirun -np P pipetrain-bench instances [--instances K] [--rounds R] "
+               "[--stores adaptive|cached|streaming|KIND,KIND,...]   (one node)\n");
   return 2;
 }
 
@@ -730,11 +858,14 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) a.rest.emplace_back(argv[i]);
   try {
     if (cmd == "simulate") return simulate(a); // a model: no MPI needed
-    if (cmd != "allreduce" && cmd != "calibrate" && cmd != "window") return usage();
+    if (cmd != "allreduce" && cmd != "calibrate" && cmd != "window" && cmd != "instances") {
+      return usage();
+    }
     MPI_Init(&argc, &argv);
-    const int code = cmd == "allreduce" ? bench_allreduce(a)
-                     : cmd == "window"  ? bench_window(a)
-                                        : calibrate(a);
+    const int code = cmd == "allreduce"   ? bench_allreduce(a)
+                     : cmd == "window"    ? bench_window(a)
+                     : cmd == "instances" ? bench_instances(a)
+                                          : calibrate(a);
     MPI_Finalize();
     return code;
   } catch (const std::exception& e) {
