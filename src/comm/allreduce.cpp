@@ -299,6 +299,25 @@ std::optional<AllreduceAlgo> parse_allreduce(const std::string& name) {
   throw std::invalid_argument("unknown all-reduce algorithm \"" + name + "\"");
 }
 
+namespace {
+
+// A rank's mailbox at the end of its part of the window: its store chooser's times after the
+// segment it learned last (own), which one that was (seq: segments learned so far) and whether
+// a try ended there. 16 floats, after the data rounded up to 16 floats.
+struct Mail {
+  double own[2] = {0.0, 0.0};
+  double seq = 0.0;
+  double ended = 0.0;
+};
+constexpr std::size_t kMailFloats = 16;
+static_assert(sizeof(Mail) <= kMailFloats * sizeof(float));
+
+std::size_t mail_offset(std::size_t floats) {
+  return (floats + kMailFloats - 1) / kMailFloats * kMailFloats;
+}
+
+} // namespace
+
 // Two levels over rows of c consecutive ranks and the columns across them. When a row's ranks
 // share memory (hierarchical's node), the row steps go through one MPI-3 shared window.
 struct Allreducer::Groups {
@@ -310,8 +329,16 @@ struct Allreducer::Groups {
   // adaptive window stores per segment size class (2^11 floats and up, doubling); a class
   // seen for the first time starts from the class timed last (StoreChooser::seed)
   std::array<StoreChooser, 8> choice;
-  const StoreChooser* last = nullptr; // the chooser of the segment size timed last
-  WindowStepTimes times;              // of the segments with a chooser, since the start
+  StoreChooser* last = nullptr; // the chooser of the segment size timed last
+  WindowStepTimes times;        // of the segments with a chooser, since the start
+  std::uint64_t learned = 0;    // segments learned from, on every rank alike
+  std::uint64_t agreed = 0;     // the last of them whose times the ranks agreed on
+  // Each rank's part of the window ends in a mailbox: its chooser's times after its last
+  // learned segment.
+  Mail* mail(int r) const {
+    return reinterpret_cast<Mail*>(slot[static_cast<std::size_t>(r)] + mail_offset(win_floats));
+  }
+  Mail posted; // this rank's last mail, posted again into a regrown window
 };
 
 struct Allreducer::Trial {
@@ -393,7 +420,7 @@ StoreChooser* store_chooser(WindowStores mode, std::array<StoreChooser, 8>& choi
 
 int StoreChooser::next() const {
   if (tried_ > 0) return 1 - kind_; // a try in progress: three segments in a row
-  if (timed_ >= 1 && per_float_[1 - kind_] == 0.0) return 1 - kind_; // the first try, early
+  if (timed_ >= 1 && own_[1 - kind_] == 0.0) return 1 - kind_; // the first try, early
   const std::uint64_t period = try_period(per_float_[kind_], per_float_[1 - kind_], kTrial, 512);
   return timed_ % period >= period - kTrial ? 1 - kind_ : kind_;
 }
@@ -425,11 +452,13 @@ bool StoreChooser::learn(int kind, double seconds_per_float) {
   return true;
 }
 
-void StoreChooser::settle(double cached, double streaming) {
+void StoreChooser::agree(double cached, double streaming, bool try_ended) {
   per_float_[0] = cached;
   per_float_[1] = streaming;
   const int other = 1 - kind_;
-  if (per_float_[other] > 0.0 && per_float_[other] < per_float_[kind_]) kind_ = other;
+  if (try_ended && per_float_[other] > 0.0 && per_float_[other] < per_float_[kind_]) {
+    kind_ = other;
+  }
 }
 
 // Node-local reduce-scatter and all-gather through the shared window, per segment of at most
@@ -453,8 +482,9 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     PT_MPI(MPI_Info_create(&info));
     PT_MPI(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
     float* base = nullptr;
-    PT_MPI(MPI_Win_allocate_shared(static_cast<MPI_Aint>(want * sizeof(float)), sizeof(float), info,
-                                   g.row, &base, &g.win));
+    const std::size_t part_floats = mail_offset(want) + kMailFloats;
+    PT_MPI(MPI_Win_allocate_shared(static_cast<MPI_Aint>(part_floats * sizeof(float)),
+                                   sizeof(float), info, g.row, &base, &g.win));
     PT_MPI(MPI_Info_free(&info));
     g.slot.assign(static_cast<std::size_t>(row.size), nullptr);
     for (int r = 0; r < row.size; ++r) {
@@ -466,7 +496,8 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     g.win_floats = want;
     // map every page now, each rank its own part by writing it and the others' by reading
     // them, so that no page fault is charged to a timed step (or to the store chooser)
-    std::memset(g.slot[static_cast<std::size_t>(row.rank)], 0, want * sizeof(float));
+    std::memset(g.slot[static_cast<std::size_t>(row.rank)], 0, part_floats * sizeof(float));
+    *g.mail(row.rank) = g.posted;
     PT_MPI(MPI_Win_sync(g.win));
     PT_MPI(MPI_Barrier(g.row));
     PT_MPI(MPI_Win_sync(g.win));
@@ -507,6 +538,7 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     const auto t1 = now();
     sync();
     const auto t2 = now(); // the wait for the slower rank not counted
+    agree_stores(g, q);
     auto part = [&](int r) { return r == me ? seg + b : g.slot[static_cast<std::size_t>(r)] + b; };
     // one pass per added rank; without a column step the last pass also writes the result out
     float* out = mine + b;
@@ -531,17 +563,37 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     if (chooser != nullptr && !grown) {
       const auto t3 = Clock::now();
       const std::chrono::duration<double> took = (t1 - t0) + (t3 - t2), wait = t2 - t1;
-      if (chooser->learn(stores, took.count() / static_cast<double>(w))) { // a try ended
-        double agreed[2] = {chooser->own(0), chooser->own(1)};
-        PT_MPI(MPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_DOUBLE, MPI_MAX, g.row));
-        chooser->settle(agreed[0], agreed[1]);
-      }
+      const bool ended = chooser->learn(stores, took.count() / static_cast<double>(w));
       g.last = chooser;
+      ++g.learned;
+      // this rank's times, for every rank to read after the next segment's first sync
+      g.posted = Mail{
+          {chooser->own(0), chooser->own(1)}, static_cast<double>(g.learned), ended ? 1.0 : 0.0};
+      *g.mail(me) = g.posted;
       g.times.timed += took.count();
       g.times.wait += wait.count();
       ++g.times.segments;
     }
   }
+}
+
+// Every rank posted its mail before its first sync of this segment, and posts the next one only
+// after the segment's last sync: all ranks read the same mail and agree alike. A rank's chooser
+// steps in lockstep with the others' (the same segments learned, the same agreed times), so each
+// mailbox holds the same seq; a regrown window holds the last mail posted again.
+void Allreducer::agree_stores(Groups& g, int q) {
+  if (g.last == nullptr || g.agreed == g.learned) return;
+  double t[2] = {0.0, 0.0};
+  bool ended = false;
+  for (int r = 0; r < q; ++r) {
+    const Mail& m = *g.mail(r);
+    if (m.seq != static_cast<double>(g.learned)) return; // a guard: equal in lockstep
+    t[0] = std::max(t[0], m.own[0]);
+    t[1] = std::max(t[1], m.own[1]);
+    ended = ended || m.ended != 0.0;
+  }
+  g.agreed = g.learned;
+  g.last->agree(t[0], t[1], ended);
 }
 
 // Reduce-scatter inside rows of c consecutive ranks (ring, or the shared window), all-reduce of

@@ -44,20 +44,22 @@ enum class WindowStores { adaptive, cached, streaming };
 // tried right after the first segment, then runs the last 3 of every period segments (period 16
 // to 512, a power of two, chosen to keep the tries near 2% of the time). Each rank learns its
 // own times: a smoothed time of the kind in use, and the median of a try's three segments for
-// the other. When a try ends, learn says so, and the caller agrees both times over the ranks
-// (the slowest rank's, since the step waits for it) and settles them: the faster kind is kept
-// by every rank alike. Ranks that chose alone could end up one on each kind, and then their
-// tries, on the same segments, only swapped which rank used which: a machine state where one
-// kind is slow left such a pair on the slow mixture (docs/collectives.md, "Stop 22").
+// the other. After every segment the ranks agree on them (the slowest rank's, since the step
+// waits for it; the window carries them, see shm_two_level), so every rank has the same period;
+// when a try has ended, the faster agreed kind is kept by every rank alike. Ranks that chose
+// alone could end up one on each kind, and then their tries, on the same segments, only swapped
+// which rank used which: a machine state where one kind is slow left such a pair on the slow
+// mixture (docs/collectives.md, "Stop 22").
 class StoreChooser {
 public:
   int next() const; // the kind for the next segment (the same on every rank)
   // This rank's time of the segment it ran with kind. True when a try of the other kind has
-  // just ended: every rank then settles the times agreed over the ranks (own, settle).
+  // just ended (on every rank at the same segment).
   bool learn(int kind, double seconds_per_float);
-  // The agreed times per kind, the largest over the ranks of own(0) and own(1): the faster is
-  // kept. A rank alone settles its own.
-  void settle(double cached, double streaming);
+  // The times agreed over the ranks, the largest of own(0) and own(1) (0: not timed); after a
+  // try (try_ended: what learn returned on the segment they come from) the faster kind is
+  // kept. A rank alone agrees with itself.
+  void agree(double cached, double streaming, bool try_ended);
   double own(int kind) const { return own_[kind]; } // this rank's seconds per float; 0: none
   // Before anything is timed: start with the kind of the chooser of the segment size timed
   // last. Not its times: the ratio of the two kinds changes with the segment size (at 8 KiB
@@ -75,7 +77,7 @@ public:
 
 private:
   static constexpr int kTrial = 3;   // segments per try of the other kind
-  double per_float_[2] = {0.0, 0.0}; // agreed at the last settle; 0: not yet
+  double per_float_[2] = {0.0, 0.0}; // agreed over the ranks; 0: not yet
   double own_[2] = {0.0, 0.0};       // this rank's; 0: not timed yet
   int kind_ = 0;
   std::uint64_t timed_ = 0;
@@ -239,6 +241,9 @@ private:
   Groups& groups(int c);
   void two_level(float* buf, std::size_t n, int c, bool node_local);
   void shm_two_level(float* buf, std::size_t n, Groups& g);
+  // After a segment's first sync: the times that every rank's chooser posted after the segment
+  // learned last, agreed (the largest of each kind) into that chooser on every rank alike.
+  void agree_stores(Groups& g, int q);
   void run(AllreduceAlgo algo, float* buf, std::size_t n);
   std::vector<AllreduceAlgo> distinct_algorithms();
   struct Trial; // auto's measurement in progress for one size

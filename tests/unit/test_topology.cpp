@@ -318,9 +318,10 @@ TEST(AutoWatch, SwitchIsRecheckedNextWindow) {
 // The window's stores: segments whose times depend on the kind of stores (and on a machine
 // state that changes) end up on the faster kind, and the slower kind runs about 2% of the
 // segments or fewer.
-// One rank alone: a try's end settles its own times.
+// One rank alone: it agrees with its own times after every segment.
 void learn_alone(pt::StoreChooser& ch, int kind, double seconds_per_float) {
-  if (ch.learn(kind, seconds_per_float)) ch.settle(ch.own(0), ch.own(1));
+  const bool ended = ch.learn(kind, seconds_per_float);
+  ch.agree(ch.own(0), ch.own(1), ended);
 }
 
 TEST(WindowStores, ChooserFollowsTheFasterKind) {
@@ -423,12 +424,10 @@ TEST(WindowStores, RanksChooseTogether) {
       tries += k != c.kind() ? 1 : 0;
       const bool ended = c.learn(k, cost(0, k, k, far));
       EXPECT_EQ(d.learn(k, cost(1, k, k, far)), ended);
-      if (ended) {
-        const double cached = std::max(c.own(0), d.own(0));
-        const double streamed = std::max(c.own(1), d.own(1));
-        c.settle(cached, streamed);
-        d.settle(cached, streamed);
-      }
+      const double cached = std::max(c.own(0), d.own(0));
+      const double streamed = std::max(c.own(1), d.own(1));
+      c.agree(cached, streamed, ended);
+      d.agree(cached, streamed, ended);
     }
     return tries;
   };
@@ -444,6 +443,11 @@ TEST(WindowStores, RanksChooseTogether) {
   run(1024, false); // the cores close again: cached stores found within 512 segments
   EXPECT_EQ(c.kind(), 0);
   EXPECT_EQ(d.kind(), 0);
+  // apart again: the agreed time of the kind in use follows every segment, so its slowdown
+  // shortens the period at once and the next try (within 16 segments) finds streaming
+  run(24, true);
+  EXPECT_EQ(c.kind(), 1);
+  EXPECT_EQ(d.kind(), 1);
 }
 
 TEST(GradBuckets, ReverseLayerOrderCoveringEverything) {
