@@ -538,6 +538,8 @@ int bench_instances(const Args& a) {
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::mt19937 shuffler(20261123);
   std::vector<std::vector<double>> total(ns, std::vector<double>(kc, 0.0)); // sums over rounds
+  std::vector<std::vector<double>> spread(ns); // slowest / fastest instance, per round
+  std::vector<int> mixed(ns, 0); // instances whose ranks ended a round on different kinds
   if (r == 0) {
     std::printf("# pipetrain-bench instances: %d ranks on one node, %d instances of hierarchical "
                 "(own windows), stores %s; per size: slowest/fastest instance, then each "
@@ -573,9 +575,14 @@ int bench_instances(const Args& a) {
       PT_MPI(MPI_Allreduce(MPI_IN_PLACE, med.data(), count, MPI_DOUBLE, MPI_MAX, sh));
       PT_MPI(MPI_Allreduce(MPI_IN_PLACE, kind.data(), static_cast<int>(kind.size()), MPI_INT,
                            MPI_SUM, sh));
-      for (std::size_t k = 0; k < kc; ++k) total[si][k] += med[k];
+      for (std::size_t k = 0; k < kc; ++k) {
+        total[si][k] += med[k];
+        const int* kd = &kind[k * static_cast<std::size_t>(p)];
+        if (std::any_of(kd, kd + p, [&](int x) { return x != kd[0]; })) ++mixed[si];
+      }
+      const auto [lo, hi] = std::minmax_element(med.begin(), med.end());
+      spread[si].push_back(*hi / *lo);
       if (r == 0) {
-        const auto [lo, hi] = std::minmax_element(med.begin(), med.end());
         std::printf(" | %s %4.2f", human(static_cast<double>(n * 4)).c_str(), *hi / *lo);
         for (std::size_t k = 0; k < kc; ++k) {
           std::printf(" %6.0f/", med[k] * 1e6);
@@ -592,7 +599,16 @@ int bench_instances(const Args& a) {
     }
   }
   if (r == 0) {
-    std::printf("# each instance's mean over the rounds / the mean of all instances:");
+    std::printf("# slowest / fastest instance, mean and 90th percentile over the rounds; "
+                "instances x rounds whose ranks ended on different kinds of stores:");
+    for (std::size_t si = 0; si < ns; ++si) {
+      std::vector<double>& v = spread[si];
+      std::sort(v.begin(), v.end());
+      std::printf(" | %s %.3f %.2f %d/%d", human(static_cast<double>(sizes[si] * 4)).c_str(),
+                  std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()),
+                  v[v.size() * 9 / 10], mixed[si], count * rounds);
+    }
+    std::printf("\n# each instance's mean over the rounds / the mean of all instances:");
     for (std::size_t si = 0; si < ns; ++si) {
       const double all = std::accumulate(total[si].begin(), total[si].end(), 0.0) / count;
       std::printf(" | %s", human(static_cast<double>(sizes[si] * 4)).c_str());
