@@ -179,6 +179,22 @@ __device__ __forceinline__ void times_tile(float (&acc)[HS / 8][4], const float 
   }
 }
 
+// A block's head and its thread's place: blockIdx.y = b * NH + h picks the sequence b and head
+// h, whose queries, keys and values start at q, k and v in the packed [B, T, 3C] qkv (rows C3
+// apart); lane and warp place the thread, g (lane / 4) and t (lane % 4) in its MMA fragments.
+template <int HS> struct BlockHead {
+  int lane, warp, g, t, b, h, C, C3;
+  const bf16 *q, *k, *v;
+  __device__ BlockHead(const bf16* qkv, int T, int NH)
+      : lane(threadIdx.x % 32), warp(threadIdx.x / 32), g(lane / 4), t(lane % 4),
+        b(blockIdx.y / NH), h(blockIdx.y % NH), C(NH * HS), C3(3 * C),
+        q(qkv + std::size_t(b) * T * C3 + h * HS), k(q + C), v(q + 2 * C) {}
+  // The head's columns of a [B, T, C] tensor (rows C apart): the output's gradient.
+  __device__ const bf16* of(const bf16* x, int T) const {
+    return x + std::size_t(b) * T * C + h * HS;
+  }
+};
+
 // grid (T tiles, B*NH); scale2 = log2(e) / sqrt(HS): scores in base-2 units.
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
@@ -188,13 +204,9 @@ __global__ void __launch_bounds__(kThreads)
   // while the block works on this one (the queries pass through stage 0 first)
   constexpr int kRows = kTile * (HS + kPad);
   bf16* const stage = reinterpret_cast<bf16*>(smem);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const auto [lane, warp, g, t, b, h, C, C3, q, k, v] = BlockHead<HS>(qkv, T, NH);
   const int qt = gridDim.x - 1 - blockIdx.x; // the longest rows first
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
-  const bf16* q = qkv + std::size_t(b) * T * C3 + h * HS;
-  const bf16* k = q + C;
-  const bf16* v = q + 2 * C;
-  const int row0 = qt * kTile + warp * 16; // query of the warp's row 0
+  const int row0 = qt * kTile + warp * 16;   // query of the warp's row 0
 
   load_rows<HS>(stage, q, C3, qt * kTile, T);
   __syncthreads();
@@ -302,13 +314,10 @@ __global__ void __launch_bounds__(kThreads)
   bf16* const stage = reinterpret_cast<bf16*>(smem);
   float* lse_s = reinterpret_cast<float*>(stage + 4 * kRows);
   float* rd_s = lse_s + kTile;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const BlockHead<HS> head(qkv, T, NH);
+  const auto [lane, warp, g, t, b, h, C, C3, q, k, v] = head;
   const int kt = blockIdx.x; // the longest first: key tile 0 meets every query tile
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
-  const bf16* q = qkv + std::size_t(b) * T * C3 + h * HS;
-  const bf16* k = q + C;
-  const bf16* v = q + 2 * C;
-  const bf16* dy = dout + std::size_t(b) * T * C + h * HS;
+  const bf16* dy = head.of(dout, T);
   const float* lse_bh = lse + std::size_t(blockIdx.y) * T;
   const float* rd_bh = rowdot + std::size_t(blockIdx.y) * T;
   const int key0 = kt * kTile + warp * 16; // key of the warp's row 0
@@ -385,13 +394,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kRows = kTile * (HS + kPad);
   bf16* const stage = reinterpret_cast<bf16*>(smem);
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const BlockHead<HS> head(qkv, T, NH);
+  const auto [lane, warp, g, t, b, h, C, C3, q, k, v] = head;
   const int qt = gridDim.x - 1 - blockIdx.x;
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, C3 = 3 * C;
-  const bf16* q = qkv + std::size_t(b) * T * C3 + h * HS;
-  const bf16* k = q + C;
-  const bf16* v = q + 2 * C;
-  const bf16* dy = dout + std::size_t(b) * T * C + h * HS;
+  const bf16* dy = head.of(dout, T);
   const int row0 = qt * kTile + warp * 16;
   float rl[2], rd[2]; // the rows' log-sum-exp and D
 #pragma unroll
