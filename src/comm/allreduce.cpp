@@ -910,7 +910,8 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   const std::size_t k = tr->cand.size(), c = tr->next;
   if (!tr->warm) { // untimed: a candidate's first call after the others' finds its memory cold
     // the window step's first calls of a new size also time both kinds of stores afresh (its
-    // times may come from another size, or be stale): four calls of one segment, eight at most
+    // times may come from another size, or be stale): five calls of one segment (the ranks
+    // agree on the times one segment late), eight at most
     tr->warm = warm_call(tr->cand[c], buf, n, tr->cold, tr->round == 0);
     return;
   }
