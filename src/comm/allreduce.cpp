@@ -303,11 +303,13 @@ namespace {
 
 // A rank's mailbox at the end of its part of the window: its store chooser's times after the
 // segment it learned last (own), which one that was (seq: segments learned so far) and whether
-// a try ended there. 16 floats, after the data rounded up to 16 floats.
+// a try ended there, and its chooser's count of segments then (a forget since makes it stale).
+// 16 floats, after the data rounded up to 16 floats.
 struct Mail {
   double own[2] = {0.0, 0.0};
   double seq = 0.0;
   double ended = 0.0;
+  double timed = 0.0; // the chooser's segments_timed() then
 };
 constexpr std::size_t kMailFloats = 16;
 static_assert(sizeof(Mail) <= kMailFloats * sizeof(float));
@@ -452,7 +454,8 @@ bool StoreChooser::learn(int kind, double seconds_per_float) {
   return true;
 }
 
-void StoreChooser::agree(double cached, double streaming, bool try_ended) {
+void StoreChooser::agree(double cached, double streaming, bool try_ended, std::uint64_t timed) {
+  if (timed != timed_) return; // posted before a forget
   per_float_[0] = cached;
   per_float_[1] = streaming;
   const int other = 1 - kind_;
@@ -567,8 +570,10 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
       g.last = chooser;
       ++g.learned;
       // this rank's times, for every rank to read after the next segment's first sync
-      g.posted = Mail{
-          {chooser->own(0), chooser->own(1)}, static_cast<double>(g.learned), ended ? 1.0 : 0.0};
+      g.posted = Mail{{chooser->own(0), chooser->own(1)},
+                      static_cast<double>(g.learned),
+                      ended ? 1.0 : 0.0,
+                      static_cast<double>(chooser->segments_timed())};
       *g.mail(me) = g.posted;
       g.times.timed += took.count();
       g.times.wait += wait.count();
@@ -593,7 +598,7 @@ void Allreducer::agree_stores(Groups& g, int q) {
     ended = ended || m.ended != 0.0;
   }
   g.agreed = g.learned;
-  g.last->agree(t[0], t[1], ended);
+  g.last->agree(t[0], t[1], ended, static_cast<std::uint64_t>(g.mail(0)->timed));
 }
 
 // Reduce-scatter inside rows of c consecutive ranks (ring, or the shared window), all-reduce of

@@ -56,10 +56,11 @@ public:
   // This rank's time of the segment it ran with kind. True when a try of the other kind has
   // just ended (on every rank at the same segment).
   bool learn(int kind, double seconds_per_float);
-  // The times agreed over the ranks, the largest of own(0) and own(1) (0: not timed); after a
-  // try (try_ended: what learn returned on the segment they come from) the faster kind is
-  // kept. A rank alone agrees with itself.
-  void agree(double cached, double streaming, bool try_ended);
+  // The times agreed over the ranks, the largest of own(0) and own(1) (0: not timed), from the
+  // segment after which segments_timed() was `timed`; after a try (try_ended: what learn
+  // returned on that segment) the faster kind is kept. Times from before a forget (another
+  // count) change nothing. A rank alone agrees with itself.
+  void agree(double cached, double streaming, bool try_ended, std::uint64_t timed);
   double own(int kind) const { return own_[kind]; } // this rank's seconds per float; 0: none
   // Before anything is timed: start with the kind of the chooser of the segment size timed
   // last. Not its times: the ratio of the two kinds changes with the segment size (at 8 KiB
