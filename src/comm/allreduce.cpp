@@ -879,14 +879,15 @@ void measurement_drops(int round, const std::vector<double>& fastest_call,
 }
 
 std::size_t measurement_pick(const std::vector<double>& seconds, const std::vector<double>& error,
-                             const std::vector<char>& alive, std::size_t model) {
+                             const std::vector<char>& alive, std::size_t model, std::size_t kept) {
   std::size_t best = seconds.size();
   for (std::size_t i = 0; i < seconds.size(); ++i) {
     if (alive[i] && (best == seconds.size() || seconds[i] < seconds[best])) best = i;
   }
   if (model >= seconds.size() || !alive[model] || model == best) return best;
   const double gap = seconds[model] - seconds[best];
-  const double noise = 2.0 * std::sqrt(error[model] * error[model] + error[best] * error[best]);
+  const double noise =
+      kept < 5 ? 0.0 : 2.0 * std::sqrt(error[model] * error[model] + error[best] * error[best]);
   return seconds[model] <= 1.03 * seconds[best] || gap <= noise ? model : best;
 }
 
@@ -969,7 +970,8 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   }
   const std::vector<double> error(med.begin() + static_cast<std::ptrdiff_t>(k), med.end());
   med.resize(k);
-  res.pick = tr->cand[measurement_pick(med, error, tr->alive, model_k)];
+  const auto kept = static_cast<std::size_t>(tr->rounds - tr->rounds / 3); // fastest_kept's
+  res.pick = tr->cand[measurement_pick(med, error, tr->alive, model_k, kept)];
   for (std::size_t i = 0; i < k; ++i) {
     if (tr->cand[i] != res.pick) (tr->alive[i] ? res.others : res.dropped).push_back(tr->cand[i]);
   }

@@ -187,14 +187,19 @@ TEST(AutoMeasurement, CloseCandidatesGetASecondCall) {
 TEST(AutoMeasurement, ModelsChoiceKeepsTiesWithinTheNoise) {
   const std::vector<char> all(3, 1);
   const std::vector<double> t = {0.24e-6, 0.26e-6, 0.40e-6}; // mpi, recursive doubling, ring
-  EXPECT_EQ(pt::measurement_pick(t, {0.01e-6, 0.01e-6, 0.0}, all, 1), 1u);   // 2 SE = 0.028 us
-  EXPECT_EQ(pt::measurement_pick(t, {0.004e-6, 0.004e-6, 0.0}, all, 1), 0u); // 0.011 us
-  EXPECT_EQ(pt::measurement_pick(t, {0.0, 0.0, 0.0}, all, 1), 0u);           // 8% apart
-  EXPECT_EQ(pt::measurement_pick({100.0, 102.0, 140.0}, {0.0, 0.0, 0.0}, all, 1), 1u); // 3%
-  EXPECT_EQ(pt::measurement_pick(t, {0.01e-6, 0.01e-6, 0.0}, all, 3), 0u);       // no model choice
-  EXPECT_EQ(pt::measurement_pick(t, {0.01e-6, 0.01e-6, 0.0}, {1, 0, 1}, 1), 0u); // it dropped
-  EXPECT_EQ(pt::measurement_pick(t, {0.01e-6, 0.01e-6, 0.0}, {0, 1, 1}, 2), 1u); // fastest in
-  EXPECT_EQ(pt::measurement_pick(t, {0.1e-6, 0.1e-6, 0.1e-6}, all, 2), 2u);      // noisy: the model
+  EXPECT_EQ(pt::measurement_pick(t, {0.01e-6, 0.01e-6, 0.0}, all, 1, 7), 1u);   // 2 SE = 0.028 us
+  EXPECT_EQ(pt::measurement_pick(t, {0.004e-6, 0.004e-6, 0.0}, all, 1, 7), 0u); // 0.011 us
+  EXPECT_EQ(pt::measurement_pick(t, {0.0, 0.0, 0.0}, all, 1, 7), 0u);           // 8% apart
+  EXPECT_EQ(pt::measurement_pick({100.0, 102.0, 140.0}, {0.0, 0.0, 0.0}, all, 1, 7), 1u); // 3%
+  EXPECT_EQ(pt::measurement_pick(t, {0.01e-6, 0.01e-6, 0.0}, all, 3, 7), 0u); // no model choice
+  EXPECT_EQ(pt::measurement_pick(t, {0.01e-6, 0.01e-6, 0.0}, {1, 0, 1}, 1, 7), 0u); // it dropped
+  EXPECT_EQ(pt::measurement_pick(t, {0.01e-6, 0.01e-6, 0.0}, {0, 1, 1}, 2, 7), 1u); // fastest in
+  EXPECT_EQ(pt::measurement_pick(t, {0.1e-6, 0.1e-6, 0.1e-6}, all, 2, 7), 2u); // noisy: the model
+  // 256 MiB with three calls a candidate (two kept): the window step 1.24x ahead of the model's
+  // ring wins however large the errors of two calls look
+  const std::vector<double> big = {116.3e-3, 47.5e-3, 38.4e-3}; // mpi, ring, hierarchical
+  EXPECT_EQ(pt::measurement_pick(big, {1e-3, 0.1e-3, 8e-3}, all, 1, 2), 2u);
+  EXPECT_EQ(pt::measurement_pick(big, {1e-3, 0.1e-3, 8e-3}, all, 1, 7), 1u); // kept: believed
 }
 
 TEST(AutoWatch, VerdictFollowsTheTimes) {
