@@ -376,20 +376,28 @@ double core_round_trip(MPI_Comm sh, std::atomic<int>* line, int n) {
   return t;
 }
 
+// The communicator of a mode that runs on one node: every rank, all sharing memory, 2 or more
+// (else invalid_argument naming the mode); this rank's place in it and its size.
+MPI_Comm one_node(const char* mode, int& rank, int& size) {
+  MPI_Comm sh;
+  PT_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &sh));
+  int world = 1;
+  PT_MPI(MPI_Comm_rank(sh, &rank));
+  PT_MPI(MPI_Comm_size(sh, &size));
+  PT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  if (size < 2 || size != world) {
+    PT_MPI(MPI_Comm_free(&sh));
+    throw std::invalid_argument(std::string(mode) + " needs 2 or more ranks, all on one node");
+  }
+  return sh;
+}
+
 // The shared-window step's stores (docs/collectives.md): per sample, the core-to-core round
 // trip and hierarchical on one node with adaptive, cached and streaming stores against
 // MPI_Allreduce, interleaved call by call; at the end the means per state of the cores.
 int bench_window(const Args& a) {
-  MPI_Comm sh;
-  PT_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &sh));
-  int r = 0, p = 1, world = 1;
-  PT_MPI(MPI_Comm_rank(sh, &r));
-  PT_MPI(MPI_Comm_size(sh, &p));
-  PT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  if (p < 2 || p != world) {
-    PT_MPI(MPI_Comm_free(&sh));
-    throw std::invalid_argument("window needs 2 or more ranks, all on one node");
-  }
+  int r = 0, p = 1;
+  MPI_Comm sh = one_node("window", r, p);
   const int samples = std::max(1, static_cast<int>(a.num("--samples", 60)));
   char* base = nullptr;
   MPI_Win win;
@@ -493,41 +501,35 @@ int bench_window(const Args& a) {
 // --stores: adaptive, cached or streaming for every rank, or a list by rank ("cached,streaming":
 // rank 0 cached, rank 1 streaming), to time a window whose ranks store differently.
 int bench_instances(const Args& a) {
-  MPI_Comm sh;
-  PT_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &sh));
-  int r = 0, p = 1, world = 1;
-  PT_MPI(MPI_Comm_rank(sh, &r));
-  PT_MPI(MPI_Comm_size(sh, &p));
-  PT_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  if (p < 2 || p != world) {
-    PT_MPI(MPI_Comm_free(&sh));
-    throw std::invalid_argument("instances needs 2 or more ranks, all on one node");
-  }
   const int count = std::clamp(static_cast<int>(a.num("--instances", 6)), 2, 16);
   const int rounds = std::max(1, static_cast<int>(a.num("--rounds", 16)));
-  std::vector<std::string> kinds;
+  // the stores of every rank in turn, all checked on every rank (so that all refuse alike)
+  std::vector<pt::WindowStores> kinds;
   {
     std::string list = a.get("--stores", "adaptive") + ",";
     for (std::size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos;
          at = comma + 1) {
-      kinds.push_back(list.substr(at, comma - at));
+      const std::string kind = list.substr(at, comma - at);
+      if (kind == "adaptive") {
+        kinds.push_back(pt::WindowStores::adaptive);
+      } else if (kind == "cached") {
+        kinds.push_back(pt::WindowStores::cached);
+      } else if (kind == "streaming") {
+        kinds.push_back(pt::WindowStores::streaming);
+      } else {
+        throw std::invalid_argument("--stores takes adaptive, cached or streaming (or a list by "
+                                    "rank), got \"" +
+                                    kind + "\"");
+      }
     }
   }
-  const std::string mine = kinds[static_cast<std::size_t>(r) % kinds.size()];
+  int r = 0, p = 1;
+  MPI_Comm sh = one_node("instances", r, p);
   pt::AllreduceOptions opt;
   opt.algo = pt::AllreduceAlgo::hierarchical;
   opt.node_size = p;
   opt.tune = false;
-  if (mine == "cached") {
-    opt.window_stores = pt::WindowStores::cached;
-  } else if (mine == "streaming") {
-    opt.window_stores = pt::WindowStores::streaming;
-  } else if (mine != "adaptive") {
-    PT_MPI(MPI_Comm_free(&sh));
-    throw std::invalid_argument("--stores takes adaptive, cached or streaming (or a list by "
-                                "rank), got \"" +
-                                mine + "\"");
-  }
+  opt.window_stores = kinds[static_cast<std::size_t>(r) % kinds.size()];
   std::vector<std::unique_ptr<pt::Allreducer>> red;
   for (int k = 0; k < count; ++k) red.push_back(std::make_unique<pt::Allreducer>(sh, opt));
   const std::size_t sizes[] = {std::size_t{1} << 15, std::size_t{1} << 17, std::size_t{1} << 19,
