@@ -320,11 +320,10 @@ std::size_t mail_offset(std::size_t floats) {
 
 } // namespace
 
-// Two levels over rows of c consecutive ranks and the columns across them. When a row's ranks
-// share memory (hierarchical's node), the row steps go through one MPI-3 shared window.
-struct Allreducer::Groups {
-  MPI_Comm row = MPI_COMM_NULL, col = MPI_COMM_NULL;
-  bool shared = false; // the row's ranks share memory
+// A node group's shared window (WindowPool) and what is learned of it. Each rank's part ends
+// in a mailbox: its chooser's times after its last learned segment.
+struct WindowPool::Window {
+  MPI_Comm row = MPI_COMM_NULL; // a duplicate of the first user's row: the window's group
   MPI_Win win = MPI_WIN_NULL;
   std::size_t win_floats = 0; // per rank
   std::vector<float*> slot;   // every row rank's part of the window
@@ -332,15 +331,48 @@ struct Allreducer::Groups {
   // seen for the first time starts from the class timed last (StoreChooser::seed)
   std::array<StoreChooser, 8> choice;
   StoreChooser* last = nullptr; // the chooser of the segment size timed last
-  WindowStepTimes times;        // of the segments with a chooser, since the start
   std::uint64_t learned = 0;    // segments learned from, on every rank alike
   std::uint64_t agreed = 0;     // the last of them whose times the ranks agreed on
-  // Each rank's part of the window ends in a mailbox: its chooser's times after its last
-  // learned segment.
   Mail* mail(int r) const {
     return reinterpret_cast<Mail*>(slot[static_cast<std::size_t>(r)] + mail_offset(win_floats));
   }
   Mail posted; // this rank's last mail, posted again into a regrown window
+};
+
+WindowPool::WindowPool() = default;
+
+WindowPool::~WindowPool() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0) return; // nothing to free after MPI_Finalize (the contract: before)
+  for (auto& w : windows_) {
+    if (w->win != MPI_WIN_NULL) {
+      MPI_Win_unlock_all(w->win);
+      MPI_Win_free(&w->win);
+    }
+    MPI_Comm_free(&w->row);
+  }
+}
+
+WindowPool::Window& WindowPool::window_of(MPI_Comm row) {
+  for (auto& w : windows_) {
+    int same = MPI_UNEQUAL;
+    PT_MPI(MPI_Comm_compare(w->row, row, &same));
+    if (same == MPI_IDENT || same == MPI_CONGRUENT) return *w;
+  }
+  auto w = std::make_unique<Window>();
+  PT_MPI(MPI_Comm_dup(row, &w->row));
+  windows_.push_back(std::move(w));
+  return *windows_.back();
+}
+
+// Two levels over rows of c consecutive ranks and the columns across them. When a row's ranks
+// share memory (hierarchical's node), the row steps go through a shared window of the pool.
+struct Allreducer::Groups {
+  MPI_Comm row = MPI_COMM_NULL, col = MPI_COMM_NULL;
+  bool shared = false;                  // the row's ranks share memory
+  WindowPool::Window* window = nullptr; // the pool's, from the first window step
+  WindowStepTimes times;                // this Allreducer's segments with a chooser
 };
 
 struct Allreducer::Trial {
@@ -356,17 +388,15 @@ struct Allreducer::Trial {
   int switches = 0, remeasures = 0;       // carried from the watch of an earlier measurement
 };
 
-Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt) : comm_(comm), opt_(std::move(opt)) {
+Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt)
+    : comm_(comm), opt_(std::move(opt)),
+      pool_(opt_.windows ? opt_.windows : std::make_shared<WindowPool>()) {
   PT_MPI(MPI_Comm_rank(comm_, &rank_));
   PT_MPI(MPI_Comm_size(comm_, &size_));
 }
 
 Allreducer::~Allreducer() {
   for (auto& [c, g] : groups_) {
-    if (g->win != MPI_WIN_NULL) {
-      MPI_Win_unlock_all(g->win);
-      MPI_Win_free(&g->win);
-    }
     if (g->row != MPI_COMM_NULL) MPI_Comm_free(&g->row);
     if (g->col != MPI_COMM_NULL) MPI_Comm_free(&g->col);
     delete g;
@@ -398,6 +428,7 @@ Allreducer::Groups& Allreducer::groups(int c) {
     PT_MPI(MPI_Comm_size(sh, &sh_size));
     PT_MPI(MPI_Comm_free(&sh));
     g->shared = sh_size == c;
+    if (g->shared) g->window = &pool_->window_of(g->row); // its memory made at the first step
   }
   return *g;
 }
@@ -474,12 +505,13 @@ void StoreChooser::agree(double cached, double streaming, bool try_ended, std::u
 // rank 0's part, whose copy-in then ran 3-4x slower than the other rank's (docs/collectives.md).
 void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
   const Comm row(g.row), col(g.col);
+  WindowPool::Window& win = *g.window;
   const std::size_t want = std::min(n, kWindowSegmentFloats);
-  const bool grown = g.win_floats < want;
+  const bool grown = win.win_floats < want;
   if (grown) { // every row rank asks for the same size: a collective regrowth
-    if (g.win != MPI_WIN_NULL) {
-      PT_MPI(MPI_Win_unlock_all(g.win));
-      PT_MPI(MPI_Win_free(&g.win));
+    if (win.win != MPI_WIN_NULL) {
+      PT_MPI(MPI_Win_unlock_all(win.win));
+      PT_MPI(MPI_Win_free(&win.win));
     }
     MPI_Info info;
     PT_MPI(MPI_Info_create(&info));
@@ -487,38 +519,39 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     float* base = nullptr;
     const std::size_t part_floats = mail_offset(want) + kMailFloats;
     PT_MPI(MPI_Win_allocate_shared(static_cast<MPI_Aint>(part_floats * sizeof(float)),
-                                   sizeof(float), info, g.row, &base, &g.win));
+                                   sizeof(float), info, win.row, &base, &win.win));
     PT_MPI(MPI_Info_free(&info));
-    g.slot.assign(static_cast<std::size_t>(row.size), nullptr);
+    win.slot.assign(static_cast<std::size_t>(row.size), nullptr);
     for (int r = 0; r < row.size; ++r) {
       MPI_Aint bytes = 0;
       int unit = 0;
-      PT_MPI(MPI_Win_shared_query(g.win, r, &bytes, &unit, &g.slot[static_cast<std::size_t>(r)]));
+      PT_MPI(
+          MPI_Win_shared_query(win.win, r, &bytes, &unit, &win.slot[static_cast<std::size_t>(r)]));
     }
-    PT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, g.win));
-    g.win_floats = want;
+    PT_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, win.win));
+    win.win_floats = want;
     // map every page now, each rank its own part by writing it and the others' by reading
     // them, so that no page fault is charged to a timed step (or to the store chooser)
-    std::memset(g.slot[static_cast<std::size_t>(row.rank)], 0, part_floats * sizeof(float));
-    *g.mail(row.rank) = g.posted;
-    PT_MPI(MPI_Win_sync(g.win));
-    PT_MPI(MPI_Barrier(g.row));
-    PT_MPI(MPI_Win_sync(g.win));
+    std::memset(win.slot[static_cast<std::size_t>(row.rank)], 0, part_floats * sizeof(float));
+    *win.mail(row.rank) = win.posted;
+    PT_MPI(MPI_Win_sync(win.win));
+    PT_MPI(MPI_Barrier(win.row));
+    PT_MPI(MPI_Win_sync(win.win));
     float touched = 0.0f;
     for (int r = 0; r < row.size; ++r) {
-      const float* part = g.slot[static_cast<std::size_t>(r)];
+      const float* part = win.slot[static_cast<std::size_t>(r)];
       for (std::size_t i = 0; i < want; i += 1024) touched += part[i]; // one per 4 KiB page
     }
     volatile float sink = touched;
     (void)sink;
   }
   auto sync = [&] { // make every rank's stores visible to the others
-    PT_MPI(MPI_Win_sync(g.win));
-    PT_MPI(MPI_Barrier(g.row));
-    PT_MPI(MPI_Win_sync(g.win));
+    PT_MPI(MPI_Win_sync(win.win));
+    PT_MPI(MPI_Barrier(win.row));
+    PT_MPI(MPI_Win_sync(win.win));
   };
   const int q = row.size, me = row.rank;
-  float* mine = g.slot[static_cast<std::size_t>(me)];
+  float* mine = win.slot[static_cast<std::size_t>(me)];
   for (std::size_t off = 0; off < n; off += want) {
     const std::size_t w = std::min(want, n - off);
     float* seg = buf + off;
@@ -526,10 +559,10 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     // the kind of stores into the window (0 cached, 1 streaming): fixed, or adaptive: the
     // chooser of this segment size picks it and times the step (segments too short to time:
     // cached, no chooser)
-    StoreChooser* const chooser = store_chooser(opt_.window_stores, g.choice, w);
+    StoreChooser* const chooser = store_chooser(opt_.window_stores, win.choice, w);
     int stores = opt_.window_stores == WindowStores::streaming ? 1 : 0;
     if (chooser != nullptr) {
-      if (g.last != nullptr) chooser->seed(*g.last);
+      if (win.last != nullptr) chooser->seed(*win.last);
       stores = chooser->next();
     }
     using Clock = std::chrono::steady_clock;
@@ -541,8 +574,10 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     const auto t1 = now();
     sync();
     const auto t2 = now(); // the wait for the slower rank not counted
-    agree_stores(g, q);
-    auto part = [&](int r) { return r == me ? seg + b : g.slot[static_cast<std::size_t>(r)] + b; };
+    agree_stores(win, q);
+    auto part = [&](int r) {
+      return r == me ? seg + b : win.slot[static_cast<std::size_t>(r)] + b;
+    };
     // one pass per added rank; without a column step the last pass also writes the result out
     float* out = mine + b;
     float* last = col.size > 1 ? nullptr : seg + b;
@@ -559,7 +594,7 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     for (int r = 0; r < q; ++r) {
       if (r == me) continue;
       const std::size_t rb = chunk_begin(w, q, r), re = chunk_begin(w, q, r + 1);
-      std::memcpy(seg + rb, g.slot[static_cast<std::size_t>(r)] + rb, (re - rb) * sizeof(float));
+      std::memcpy(seg + rb, win.slot[static_cast<std::size_t>(r)] + rb, (re - rb) * sizeof(float));
     }
     sync(); // nobody overwrites the window before everyone has read it
     // a first step after the window grew runs cold: not learned from
@@ -567,14 +602,14 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
       const auto t3 = Clock::now();
       const std::chrono::duration<double> took = (t1 - t0) + (t3 - t2), wait = t2 - t1;
       const bool ended = chooser->learn(stores, took.count() / static_cast<double>(w));
-      g.last = chooser;
-      ++g.learned;
+      win.last = chooser;
+      ++win.learned;
       // this rank's times, for every rank to read after the next segment's first sync
-      g.posted = Mail{{chooser->own(0), chooser->own(1)},
-                      static_cast<double>(g.learned),
-                      ended ? 1.0 : 0.0,
-                      static_cast<double>(chooser->segments_timed())};
-      *g.mail(me) = g.posted;
+      win.posted = Mail{{chooser->own(0), chooser->own(1)},
+                        static_cast<double>(win.learned),
+                        ended ? 1.0 : 0.0,
+                        static_cast<double>(chooser->segments_timed())};
+      *win.mail(me) = win.posted;
       g.times.timed += took.count();
       g.times.wait += wait.count();
       ++g.times.segments;
@@ -586,19 +621,19 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
 // after the segment's last sync: all ranks read the same mail and agree alike. A rank's chooser
 // steps in lockstep with the others' (the same segments learned, the same agreed times), so each
 // mailbox holds the same seq; a regrown window holds the last mail posted again.
-void Allreducer::agree_stores(Groups& g, int q) {
-  if (g.last == nullptr || g.agreed == g.learned) return;
+void Allreducer::agree_stores(WindowPool::Window& win, int q) {
+  if (win.last == nullptr || win.agreed == win.learned) return;
   double t[2] = {0.0, 0.0};
   bool ended = false;
   for (int r = 0; r < q; ++r) {
-    const Mail& m = *g.mail(r);
-    if (m.seq != static_cast<double>(g.learned)) return; // a guard: equal in lockstep
+    const Mail& m = *win.mail(r);
+    if (m.seq != static_cast<double>(win.learned)) return; // a guard: equal in lockstep
     t[0] = std::max(t[0], m.own[0]);
     t[1] = std::max(t[1], m.own[1]);
     ended = ended || m.ended != 0.0;
   }
-  g.agreed = g.learned;
-  g.last->agree(t[0], t[1], ended, static_cast<std::uint64_t>(g.mail(0)->timed));
+  win.agreed = win.learned;
+  win.last->agree(t[0], t[1], ended, static_cast<std::uint64_t>(win.mail(0)->timed));
 }
 
 // Reduce-scatter inside rows of c consecutive ranks (ring, or the shared window), all-reduce of
@@ -823,7 +858,7 @@ Allreducer::Groups* Allreducer::window_group() const {
 StoreChooser* Allreducer::window_stores(std::size_t n) const {
   Groups* g = window_group();
   if (g == nullptr) return nullptr;
-  return store_chooser(opt_.window_stores, g->choice, std::min(n, kWindowSegmentFloats));
+  return store_chooser(opt_.window_stores, g->window->choice, std::min(n, kWindowSegmentFloats));
 }
 
 std::optional<StoreChooser> Allreducer::window_stores_of(std::size_t n) const {

@@ -94,12 +94,41 @@ struct WindowStepTimes {
   std::uint64_t segments = 0;
 };
 
+// The shared-memory windows of hierarchical's node-local step: one per group of ranks that
+// share a node, with the store choosers that learn it (its mailboxes are in it). Allreducers
+// given one pool (AllreduceOptions::windows) step through one window where their node groups
+// are the same ranks in the same order, each regrowing it as its messages need. How fast a
+// window runs is partly its memory's: six instances with windows of their own and fixed stores
+// differed by 1.07-1.27x per round of the instances bench (10-20% over seconds, a different
+// window slow each time), one window shared by all of them by 1.02-1.03x (docs/collectives.md,
+// "Stop 23"). Sharing saves the node's memory too (a window per instance holds a segment of up
+// to 2 MiB per rank). Allreducers of one pool must not run at the same time (one thread, or
+// calls ordered by the caller); every rank calls them in the same order, as for any collective.
+// Free it, and every Allreducer holding it, before MPI_Finalize.
+class WindowPool {
+public:
+  WindowPool();
+  ~WindowPool();
+  WindowPool(const WindowPool&) = delete;
+  WindowPool& operator=(const WindowPool&) = delete;
+  std::size_t windows() const { return windows_.size(); } // made so far
+
+private:
+  friend class Allreducer;
+  struct Window;
+  // the window of the node group of row (the same ranks in the same order), made collectively
+  // over row on first use
+  Window& window_of(MPI_Comm row);
+  std::vector<std::unique_ptr<Window>> windows_;
+};
+
 struct AllreduceOptions {
   std::optional<AllreduceAlgo> algo; // nullopt: auto (the model's choice, or measured: tune)
   int node_size = 0;                 // ranks per node, consecutive ranks; 0 or 1: one per node
   Topology topology = topology_preset("fat-tree");
   bool shared_memory = true; // hierarchical: node-local step through an MPI-3 shared window
   WindowStores window_stores = WindowStores::adaptive;
+  std::shared_ptr<WindowPool> windows; // null: a pool of this Allreducer's own
   // auto: the first calls of each size try every distinct algorithm (MPI_Allreduce included)
   // in turn, timed, and the fastest is kept (comm.autotune); false: the model alone decides
   bool tune = true;
@@ -239,7 +268,7 @@ public:
   // This rank's store chooser of the window step for n floats, as it stands (for the bench's
   // report), or none: no window yet, or stores not adaptive for that segment size.
   std::optional<StoreChooser> window_stores_of(std::size_t n) const;
-  WindowStepTimes window_step_times() const; // this rank's, of hierarchical's window
+  WindowStepTimes window_step_times() const; // this rank's, of this Allreducer's window steps
 
 private:
   struct Groups; // row/column communicators of a two-level scheme and the node's window
@@ -248,7 +277,7 @@ private:
   void shm_two_level(float* buf, std::size_t n, Groups& g);
   // After a segment's first sync: the times that every rank's chooser posted after the segment
   // learned last, agreed (the largest of each kind) into that chooser on every rank alike.
-  void agree_stores(Groups& g, int q);
+  void agree_stores(WindowPool::Window& win, int q);
   void run(AllreduceAlgo algo, float* buf, std::size_t n);
   std::vector<AllreduceAlgo> distinct_algorithms();
   struct Trial; // auto's measurement in progress for one size
@@ -277,6 +306,7 @@ private:
   std::vector<float> tmp_, tmp2_; // scratch kept between calls
   std::map<int, Groups*> groups_;
   bool used_shm_ = false;
+  std::shared_ptr<WindowPool> pool_; // opt_.windows, or one of its own
   std::map<std::size_t, TuneResult> tuned_;
   std::map<std::size_t, std::unique_ptr<Trial>> trials_;
   // auto: the last size's choice (the trainer repeats a few bucket sizes)

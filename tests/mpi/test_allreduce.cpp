@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "comm/allreduce.hpp"
@@ -128,6 +129,73 @@ int main(int argc, char** argv) {
                   n, settled_at, pt::algorithm_name(it->second.pick), it->second.switches,
                   it->second.remeasures);
     }
+  }
+  // Allreducers sharing one WindowPool, called in turn with growing and shrinking sizes (one
+  // regrows the window under the others): exact on every call; one window per node group,
+  // shared by the users whose rows are the same ranks in the same order, and what one user's
+  // steps teach the store chooser the other users see; a row of the same ranks in another
+  // order (a reversed communicator) gets a window of its own.
+  std::vector<int> pooled_nodes; // one node of all ranks, and nodes of two where that differs
+  if (size >= 2) pooled_nodes.push_back(size);
+  if (size > 2 && size % 2 == 0) pooled_nodes.push_back(2);
+  for (int node : pooled_nodes) {
+    auto pool = std::make_shared<pt::WindowPool>();
+    MPI_Comm reversed;
+    MPI_Comm_split(MPI_COMM_WORLD, 0, size - rank, &reversed);
+    auto make = [&](MPI_Comm comm, const char* algo, pt::WindowStores stores) {
+      pt::AllreduceOptions opt;
+      opt.algo = pt::parse_allreduce(algo);
+      opt.node_size = node;
+      opt.window_stores = stores;
+      opt.windows = pool;
+      opt.topology = pt::topology_preset("node");
+      return std::make_unique<pt::Allreducer>(comm, opt);
+    };
+    {
+      auto a = make(MPI_COMM_WORLD, "hierarchical", pt::WindowStores::adaptive);
+      auto b = make(MPI_COMM_WORLD, "hierarchical", pt::WindowStores::cached);
+      auto c = make(MPI_COMM_WORLD, "auto", pt::WindowStores::adaptive);
+      auto d = make(reversed, "hierarchical", pt::WindowStores::streaming);
+      int bad = 0, call = 0;
+      auto check = [&](pt::Allreducer& red, MPI_Comm comm, std::size_t n) {
+        int r = 0;
+        MPI_Comm_rank(comm, &r);
+        std::vector<float> want(n), got(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          want[i] = got[i] =
+              static_cast<float>((r * 13 + call * 7 + static_cast<int>(i % 83)) % 1000);
+        }
+        MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm);
+        red.sum(got.data(), n);
+        bad += std::memcmp(want.data(), got.data(), n * sizeof(float)) != 0;
+        ++call;
+      };
+      auto e = make(MPI_COMM_WORLD, "hierarchical", pt::WindowStores::adaptive);
+      check(*e, MPI_COMM_WORLD, 1000); // e's groups and window first, at a small size
+      for (int i = 0; i < 5; ++i) check(*a, MPI_COMM_WORLD, 100003);
+      const auto seen = e->window_stores_of(100003); // a's segments, in the shared chooser
+      const bool shared_chooser = seen && seen->segments_timed() >= 4;
+      const std::size_t windows_before_d = pool->windows();
+      for (std::size_t n : {std::size_t{600011}, std::size_t{7}, std::size_t{100003},
+                            std::size_t{1000}, std::size_t{600011}}) {
+        check(*b, MPI_COMM_WORLD, n); // b regrows the window under a and c
+        check(*a, MPI_COMM_WORLD, n);
+        check(*d, reversed, n);
+        check(*c, MPI_COMM_WORLD, n);
+      }
+      MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+      const bool ok = bad == 0 && shared_chooser && windows_before_d == 1 && pool->windows() == 2 &&
+                      a->used_shared_memory() && b->used_shared_memory() && d->used_shared_memory();
+      ok ? ++passed : ++failed;
+      if (!ok && rank == 0) {
+        std::printf("FAIL: shared window pool, node %d: %d inexact call(s), chooser %s, windows "
+                    "%zu then %zu (want 1, 2)\n",
+                    node, bad, shared_chooser ? "shared" : "not shared", windows_before_d,
+                    pool->windows());
+      }
+    }
+    pool.reset(); // the last user gone: the windows are freed here, before the communicator
+    MPI_Comm_free(&reversed);
   }
   // comm.autotune = false: the model decides, nothing is measured
   {

@@ -5,16 +5,20 @@
 //   mpirun -np P build/pipetrain-bench calibrate [--out calibration.toml] [--ranks-per-node N]
 //   mpirun -np P build/pipetrain-bench window [--samples 60]   (all ranks on one node)
 //   mpirun -np P build/pipetrain-bench instances [--instances 6] [--rounds 16]
-//          [--stores adaptive|cached|streaming|KIND,KIND,...]   (all ranks on one node)
+//          [--stores adaptive|cached|streaming|KIND,KIND,...] [--windows own|shared]
+//          (all ranks on one node)
 // allreduce: OSU-style (each call timed alone between barriers; avg/min/max over ranks of each
 // rank's mean) for MPI_Allreduce, every comm.allreduce algorithm, "auto" (measured choice),
 // "model" (auto with comm.autotune = false), MPI_Allreduce again (the run's noise floor) and
-// hierarchical again (another instance, with its own shared window: the instances' spread),
-// interleaved call by call so that drift on a shared machine hits all columns alike. Each rank
-// rewrites its buffer before every call, as the backward writes the gradients, so no column
-// inherits the cache state another one left (a call that follows the same algorithm measured up
-// to 30% slower without it), with values that differ from page to page as gradients do (not
-// zeros), and the order of the columns is shuffled in every round.
+// hierarchical again, interleaved call by call so that drift on a shared machine hits all columns
+// alike. Each rank rewrites its buffer before every call, as the backward writes the gradients, so
+// no column inherits the cache state another one left (a call that follows the same algorithm
+// measured up to 30% slower without it), with values that differ from page to page as gradients do
+// (not zeros), and the order of the columns is shuffled in every round. The columns share one pool
+// of shared-memory windows (pt::WindowPool), so hierarchical, auto and model step through the
+// same memory; hierarchical again has a window of its own, and its ratio to hierarchical shows
+// how much a window's memory alone moves the time (10-20% over seconds on the 2-core VM,
+// docs/collectives.md, "Stop 23").
 // t90 = max over ranks of the mean of each rank's fastest 90% of calls: a stalled call (a
 // descheduled rank) moves a mean of 10 calls by 2x, and a median flips between two levels a
 // time alternates between; algbw, busbw (nccl-tests: algbw * 2(p-1)/p) and vs_mpi (time /
@@ -23,8 +27,8 @@
 // node and between nodes, and gamma (float32 sums), and writes the TOML that comm.calibration
 // reads. window: per sample, the round trip of a cache line between two cores and hierarchical's
 // window step with each kind of stores against MPI_Allreduce (docs/collectives.md). instances:
-// several instances of hierarchical, each with its own window, side by side (the spread between
-// windows, and windows whose ranks store differently).
+// several instances of hierarchical side by side, each with its own window (the spread between
+// windows, and windows whose ranks store differently) or, with --windows shared, all through one.
 #include <mpi.h>
 
 #include <algorithm>
@@ -170,6 +174,7 @@ int bench_allreduce(const Args& a) {
     std::unique_ptr<pt::Allreducer> red;
   };
   std::vector<Column> cols;
+  const auto pool = std::make_shared<pt::WindowPool>(); // freed with the columns
   for (const char* name : {"mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical",
                            "torus2d", "auto", "model", "mpi-again", "hierarchical-again"}) {
     pt::AllreduceOptions opt;
@@ -181,6 +186,7 @@ int bench_allreduce(const Args& a) {
     opt.tune = std::string(name) == "auto";
     opt.node_size = g;
     opt.topology = topo;
+    if (std::string(name) != "hierarchical-again") opt.windows = pool;
     cols.push_back({name, std::make_unique<pt::Allreducer>(MPI_COMM_WORLD, opt)});
   }
   const std::size_t nc = cols.size();
@@ -312,7 +318,8 @@ int bench_allreduce(const Args& a) {
                 "their time over the fastest column (MPI_Allreduce included); pick/best: the "
                 "column of auto's pick over the fastest; noise: the second MPI_Allreduce column "
                 "over the first; hier2: the second hierarchical column (another instance, with "
-                "its own window) over the first; sw/re: auto's switches and re-measurements\n%10s",
+                "a window of its own) over the first (on the columns' shared window); sw/re: "
+                "auto's switches and re-measurements\n%10s",
                 "bytes");
     for (std::size_t k = 1; k <= n_algos; ++k) std::printf(" %9.9s", cols[k].name.c_str());
     std::printf(" %9s %9s %-18s %5s %9s %9s %-18s %9s %6s %6s\n", "best", "auto", "auto picks",
@@ -344,9 +351,9 @@ int bench_allreduce(const Args& a) {
     std::printf("# auto's final pick, timed in its own column, is within %.1f%% of the fastest "
                 "column at every size (the choice alone, without auto's instance and watch)\n",
                 (worst_pick - 1.0) * 100.0);
-    std::printf(
-        "# two instances of hierarchical, each with its own window, differ by up to %.0f%%\n",
-        (worst_inst - 1.0) * 100.0);
+    std::printf("# hierarchical with a window of its own differs from hierarchical on the columns' "
+                "shared window by up to %.0f%%\n",
+                (worst_inst - 1.0) * 100.0);
   }
   return 0;
 }
@@ -523,6 +530,10 @@ int bench_instances(const Args& a) {
       }
     }
   }
+  const std::string windows = a.get("--windows", "own");
+  if (windows != "own" && windows != "shared") {
+    throw std::invalid_argument("--windows takes own or shared, got \"" + windows + "\"");
+  }
   int r = 0, p = 1;
   MPI_Comm sh = one_node("instances", r, p);
   pt::AllreduceOptions opt;
@@ -530,6 +541,7 @@ int bench_instances(const Args& a) {
   opt.node_size = p;
   opt.tune = false;
   opt.window_stores = kinds[static_cast<std::size_t>(r) % kinds.size()];
+  if (windows == "shared") opt.windows = std::make_shared<pt::WindowPool>();
   std::vector<std::unique_ptr<pt::Allreducer>> red;
   for (int k = 0; k < count; ++k) red.push_back(std::make_unique<pt::Allreducer>(sh, opt));
   const std::size_t sizes[] = {std::size_t{1} << 15, std::size_t{1} << 17, std::size_t{1} << 19,
@@ -544,10 +556,10 @@ int bench_instances(const Args& a) {
   std::vector<int> mixed(ns, 0); // instances whose ranks ended a round on different kinds
   if (r == 0) {
     std::printf("# pipetrain-bench instances: %d ranks on one node, %d instances of hierarchical "
-                "(own windows), stores %s; per size: slowest/fastest instance, then each "
+                "(windows: %s), stores %s; per size: slowest/fastest instance, then each "
                 "instance's median call in us (max over ranks) / the kind each rank ends on "
                 "(0 cached, 1 streaming, - fixed)\n",
-                p, count, a.get("--stores", "adaptive").c_str());
+                p, count, windows.c_str(), a.get("--stores", "adaptive").c_str());
   }
   for (int round = 0; round < rounds; ++round) {
     if (r == 0) std::printf("round %3d", round);
@@ -619,6 +631,7 @@ int bench_instances(const Args& a) {
     std::printf("\n");
   }
   red.clear();
+  opt.windows.reset(); // the shared windows, if any, freed with their last user
   PT_MPI(MPI_Comm_free(&sh));
   return 0;
 }
