@@ -386,6 +386,7 @@ struct Allreducer::Trial {
   bool warm = false;                      // its untimed call has run
   int cold = 0;                           // untimed calls of the window step for its store times
   int switches = 0, remeasures = 0;       // carried from the watch of an earlier measurement
+  std::optional<AllreduceAlgo> replaced;  // a re-measurement: the pick it replaces
 };
 
 Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt)
@@ -804,6 +805,7 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
     auto tr = std::make_unique<Trial>();
     tr->switches = w.switches;
     tr->remeasures = w.remeasures + 1;
+    tr->replaced = w.pick;
     trials_[n] = std::move(tr);
     watch_n_ = 0;
     watch_ = nullptr;
@@ -926,6 +928,15 @@ std::size_t measurement_pick(const std::vector<double>& seconds, const std::vect
   return seconds[model] <= 1.03 * seconds[best] || gap <= noise ? model : best;
 }
 
+std::size_t measurement_default(const std::vector<AllreduceAlgo>& cand, AllreduceAlgo model,
+                                std::optional<AllreduceAlgo> replaced) {
+  const auto at = [&](AllreduceAlgo a) {
+    return static_cast<std::size_t>(std::find(cand.begin(), cand.end(), a) - cand.begin());
+  };
+  if (replaced && at(*replaced) < cand.size()) return at(*replaced);
+  return at(model);
+}
+
 // auto's measurement of a new size, on the caller's own calls (STAR-MPI's approach: Faraj, Yuan &
 // Lowenthal, ICS 2006): successive calls run each distinct algorithm in turn, after a barrier. Each
 // candidate runs two calls in a row, the second timed: the first sets up windows, sub-communicators
@@ -937,7 +948,8 @@ std::size_t measurement_pick(const std::vector<double>& seconds, const std::vect
 // times: at most 6 x 2 x 10 calls, and 7 untimed ones of the window step while its stores are
 // timed). Every rank takes the mean of each candidate's fastest 2/3 of calls (with 3 rounds one
 // slow call does not decide), the max over ranks decides, so all ranks pick alike at the same call;
-// the model's choice stays unless another is faster beyond the noise (measurement_pick). Every call
+// the model's choice (in a re-measurement: the pick it replaces, measurement_default) stays
+// unless another is faster beyond the noise (measurement_pick). Every call
 // returns the exact sum; which algorithm rounded it differs between calls.
 void Allreducer::tuning_call(float* buf, std::size_t n) {
   std::unique_ptr<Trial>& tr = trials_[n];
@@ -998,15 +1010,14 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   res.remeasures = tr->remeasures;
   res.model = choose_algorithm(static_cast<double>(n) * sizeof(float), size_, opt_.node_size,
                                opt_.topology);
-  std::size_t model_k = k;
   for (std::size_t i = 0; i < k; ++i) {
     res.seconds.emplace_back(tr->cand[i], tr->alive[i] ? med[i] : tr->at_drop[i]);
-    if (tr->cand[i] == res.model) model_k = i;
   }
   const std::vector<double> error(med.begin() + static_cast<std::ptrdiff_t>(k), med.end());
   med.resize(k);
   const auto kept = static_cast<std::size_t>(tr->rounds - tr->rounds / 3); // fastest_kept's
-  res.pick = tr->cand[measurement_pick(med, error, tr->alive, model_k, kept)];
+  const std::size_t tie = measurement_default(tr->cand, res.model, tr->replaced);
+  res.pick = tr->cand[measurement_pick(med, error, tr->alive, tie, kept)];
   for (std::size_t i = 0; i < k; ++i) {
     if (tr->cand[i] != res.pick) (tr->alive[i] ? res.others : res.dropped).push_back(tr->cand[i]);
   }

@@ -164,9 +164,20 @@ void measurement_drops(int round, const std::vector<double>& fastest_call,
 std::size_t measurement_pick(const std::vector<double>& seconds, const std::vector<double>& error,
                              const std::vector<char>& alive, std::size_t model, std::size_t kept);
 
+// Which candidate wins a measurement's near-ties (measurement_pick's `model`; out of range:
+// none): the model's choice, except in a re-measurement, where the pick it replaces does
+// (replaced). That pick beat the model's choice when the size was first measured and then held
+// against the watch's challenges; the re-measurement starts because its time moved, in the
+// middle of that change. One taken so (stop 23, run a3 at 128 KiB) timed the window step, the
+// pick, fastest, 27.4 against ring's 29.1 us, yet handed the size to ring, the model's choice,
+// by the noise rule; the columns then ran the window step at 18.7 us, ring at 26.7.
+std::size_t measurement_default(const std::vector<AllreduceAlgo>& cand, AllreduceAlgo model,
+                                std::optional<AllreduceAlgo> replaced);
+
 // What auto's measurement found for one message size: every candidate's time (max over ranks of its
 // mean fastest-2/3 call; one that dropped out keeps its fastest call at the drop) and the pick. The
-// model's choice wins near-ties (measurement_pick). Afterwards each window of 64 calls ends with a
+// model's choice (in a re-measurement, the pick it replaces: measurement_default) wins near-ties
+// (measurement_pick). Afterwards each window of 64 calls ends with a
 // burst of five calls of one of the other candidates (watch_role): those that stayed within 1.5x in
 // turn, and in every 4th window one of those that dropped out (they may have become the fastest). A
 // window step that challenges first repeats its untimed call until its store chooser has timed both

@@ -184,6 +184,25 @@ TEST(AutoMeasurement, CloseCandidatesGetASecondCall) {
 // within 3% of it or within twice their difference's standard error (16 B on the 2-core VM:
 // MPI_Allreduce measured at 0.24 us and recursive doubling at 0.26 us, then timed the other way
 // round by the benchmark's columns).
+TEST(AutoMeasurement, ReMeasurementKeepsThePickOnTies) {
+  using A = pt::AllreduceAlgo;
+  const std::vector<A> cand = {A::mpi, A::ring, A::recursive_doubling, A::hierarchical};
+  EXPECT_EQ(pt::measurement_default(cand, A::ring, std::nullopt), 1u);    // first: the model
+  EXPECT_EQ(pt::measurement_default(cand, A::ring, A::hierarchical), 3u); // again: the pick
+  EXPECT_EQ(pt::measurement_default(cand, A::ring, A::torus2d), 1u);      // not a candidate
+  EXPECT_EQ(pt::measurement_default(cand, A::torus2d, std::nullopt), 4u); // none: out of range
+  // stop 23's a3 at 128 KiB: the window step, the pick, ahead of ring by less than the noise
+  const std::vector<double> t = {28.60e-6, 29.09e-6, 38.0e-6, 27.41e-6};
+  const std::vector<double> err = {0.5e-6, 0.6e-6, 0.5e-6, 0.7e-6}; // the log has no errors
+  const std::vector<char> all(4, 1);
+  EXPECT_EQ(
+      pt::measurement_pick(t, err, all, pt::measurement_default(cand, A::ring, std::nullopt), 7),
+      1u); // the model's ring on a first measurement
+  EXPECT_EQ(
+      pt::measurement_pick(t, err, all, pt::measurement_default(cand, A::ring, A::hierarchical), 7),
+      3u); // the window step kept
+}
+
 TEST(AutoMeasurement, ModelsChoiceKeepsTiesWithinTheNoise) {
   const std::vector<char> all(3, 1);
   const std::vector<double> t = {0.24e-6, 0.26e-6, 0.40e-6}; // mpi, recursive doubling, ring
