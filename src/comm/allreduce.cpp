@@ -320,23 +320,17 @@ std::size_t mail_offset(std::size_t floats) {
 
 } // namespace
 
-// A node group's shared window (WindowPool) and what is learned of it. Each rank's part ends
-// in a mailbox: its chooser's times after its last learned segment.
+// A node group's shared window (WindowPool). Each rank's part ends in a mailbox, where the
+// Allreducer stepping through the window posts its store chooser's times.
 struct WindowPool::Window {
   MPI_Comm row = MPI_COMM_NULL; // a duplicate of the first user's row: the window's group
   MPI_Win win = MPI_WIN_NULL;
   std::size_t win_floats = 0; // per rank
   std::vector<float*> slot;   // every row rank's part of the window
-  // adaptive window stores per segment size class (2^11 floats and up, doubling); a class
-  // seen for the first time starts from the class timed last (StoreChooser::seed)
-  std::array<StoreChooser, 8> choice;
-  StoreChooser* last = nullptr; // the chooser of the segment size timed last
-  std::uint64_t learned = 0;    // segments learned from, on every rank alike
-  std::uint64_t agreed = 0;     // the last of them whose times the ranks agreed on
+  std::uint64_t grown = 0;    // how often it was (re)made
   Mail* mail(int r) const {
     return reinterpret_cast<Mail*>(slot[static_cast<std::size_t>(r)] + mail_offset(win_floats));
   }
-  Mail posted; // this rank's last mail, posted again into a regrown window
 };
 
 WindowPool::WindowPool() = default;
@@ -368,11 +362,24 @@ WindowPool::Window& WindowPool::window_of(MPI_Comm row) {
 
 // Two levels over rows of c consecutive ranks and the columns across them. When a row's ranks
 // share memory (hierarchical's node), the row steps go through a shared window of the pool.
+// The store choosers are the Allreducer's own, and count its own segments only: shared by the
+// pool's users, their tries (3 segments in every 16 or more) fell on whichever user ran then,
+// and auto, whose warm-up is planned so that no try lands on its timed calls, found tries on
+// them; its measurement then timed the window step at 25 us against its column's 19 (stop 23,
+// run c2 at 128 KiB).
 struct Allreducer::Groups {
   MPI_Comm row = MPI_COMM_NULL, col = MPI_COMM_NULL;
   bool shared = false;                  // the row's ranks share memory
-  WindowPool::Window* window = nullptr; // the pool's, from the first window step
-  WindowStepTimes times;                // this Allreducer's segments with a chooser
+  WindowPool::Window* window = nullptr; // the pool's, its memory made at the first window step
+  std::uint64_t seen = 0;               // window->grown when this Allreducer stepped last
+  // adaptive window stores per segment size class (2^11 floats and up, doubling); a class
+  // seen for the first time starts from the class timed last (StoreChooser::seed)
+  std::array<StoreChooser, 8> choice;
+  StoreChooser* last = nullptr; // the chooser of the segment size timed last
+  WindowStepTimes times;        // of the segments with a chooser, since the start
+  std::uint64_t learned = 0;    // segments learned from, on every rank alike
+  std::uint64_t agreed = 0;     // the last of them whose times the ranks agreed on
+  Mail posted;                  // this rank's last mail, posted again where another user's stands
 };
 
 struct Allreducer::Trial {
@@ -534,7 +541,6 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     // map every page now, each rank its own part by writing it and the others' by reading
     // them, so that no page fault is charged to a timed step (or to the store chooser)
     std::memset(win.slot[static_cast<std::size_t>(row.rank)], 0, part_floats * sizeof(float));
-    *win.mail(row.rank) = win.posted;
     PT_MPI(MPI_Win_sync(win.win));
     PT_MPI(MPI_Barrier(win.row));
     PT_MPI(MPI_Win_sync(win.win));
@@ -545,13 +551,21 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     }
     volatile float sink = touched;
     (void)sink;
+    ++win.grown;
   }
+  // a first step on memory made since this Allreducer stepped last runs cold: not learned from
+  const bool cold = g.seen != win.grown;
+  g.seen = win.grown;
+  const int q = row.size, me = row.rank;
+  // this rank's last mail again, where another user of the window (or a regrowth) left other
+  // mail: read before written, since a store into the line, which the other ranks read last,
+  // costs a round trip between cores
+  if (std::memcmp(win.mail(me), &g.posted, sizeof(Mail)) != 0) *win.mail(me) = g.posted;
   auto sync = [&] { // make every rank's stores visible to the others
     PT_MPI(MPI_Win_sync(win.win));
     PT_MPI(MPI_Barrier(win.row));
     PT_MPI(MPI_Win_sync(win.win));
   };
-  const int q = row.size, me = row.rank;
   float* mine = win.slot[static_cast<std::size_t>(me)];
   for (std::size_t off = 0; off < n; off += want) {
     const std::size_t w = std::min(want, n - off);
@@ -560,10 +574,10 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     // the kind of stores into the window (0 cached, 1 streaming): fixed, or adaptive: the
     // chooser of this segment size picks it and times the step (segments too short to time:
     // cached, no chooser)
-    StoreChooser* const chooser = store_chooser(opt_.window_stores, win.choice, w);
+    StoreChooser* const chooser = store_chooser(opt_.window_stores, g.choice, w);
     int stores = opt_.window_stores == WindowStores::streaming ? 1 : 0;
     if (chooser != nullptr) {
-      if (win.last != nullptr) chooser->seed(*win.last);
+      if (g.last != nullptr) chooser->seed(*g.last);
       stores = chooser->next();
     }
     using Clock = std::chrono::steady_clock;
@@ -575,7 +589,7 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     const auto t1 = now();
     sync();
     const auto t2 = now(); // the wait for the slower rank not counted
-    agree_stores(win, q);
+    agree_stores(g, q);
     auto part = [&](int r) {
       return r == me ? seg + b : win.slot[static_cast<std::size_t>(r)] + b;
     };
@@ -598,19 +612,18 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
       std::memcpy(seg + rb, win.slot[static_cast<std::size_t>(r)] + rb, (re - rb) * sizeof(float));
     }
     sync(); // nobody overwrites the window before everyone has read it
-    // a first step after the window grew runs cold: not learned from
-    if (chooser != nullptr && !grown) {
+    if (chooser != nullptr && !cold) {
       const auto t3 = Clock::now();
       const std::chrono::duration<double> took = (t1 - t0) + (t3 - t2), wait = t2 - t1;
       const bool ended = chooser->learn(stores, took.count() / static_cast<double>(w));
-      win.last = chooser;
-      ++win.learned;
+      g.last = chooser;
+      ++g.learned;
       // this rank's times, for every rank to read after the next segment's first sync
-      win.posted = Mail{{chooser->own(0), chooser->own(1)},
-                        static_cast<double>(win.learned),
-                        ended ? 1.0 : 0.0,
-                        static_cast<double>(chooser->segments_timed())};
-      *win.mail(me) = win.posted;
+      g.posted = Mail{{chooser->own(0), chooser->own(1)},
+                      static_cast<double>(g.learned),
+                      ended ? 1.0 : 0.0,
+                      static_cast<double>(chooser->segments_timed())};
+      *win.mail(me) = g.posted;
       g.times.timed += took.count();
       g.times.wait += wait.count();
       ++g.times.segments;
@@ -621,20 +634,22 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
 // Every rank posted its mail before its first sync of this segment, and posts the next one only
 // after the segment's last sync: all ranks read the same mail and agree alike. A rank's chooser
 // steps in lockstep with the others' (the same segments learned, the same agreed times), so each
-// mailbox holds the same seq; a regrown window holds the last mail posted again.
-void Allreducer::agree_stores(WindowPool::Window& win, int q) {
-  if (win.last == nullptr || win.agreed == win.learned) return;
+// mailbox holds the same seq; each call starts by posting its last mail again where the
+// mailbox holds another (another user's of the pool, or none after a regrowth).
+void Allreducer::agree_stores(Groups& g, int q) {
+  const WindowPool::Window& win = *g.window;
+  if (g.last == nullptr || g.agreed == g.learned) return;
   double t[2] = {0.0, 0.0};
   bool ended = false;
   for (int r = 0; r < q; ++r) {
     const Mail& m = *win.mail(r);
-    if (m.seq != static_cast<double>(win.learned)) return; // a guard: equal in lockstep
+    if (m.seq != static_cast<double>(g.learned)) return; // a guard: equal in lockstep
     t[0] = std::max(t[0], m.own[0]);
     t[1] = std::max(t[1], m.own[1]);
     ended = ended || m.ended != 0.0;
   }
-  win.agreed = win.learned;
-  win.last->agree(t[0], t[1], ended, static_cast<std::uint64_t>(win.mail(0)->timed));
+  g.agreed = g.learned;
+  g.last->agree(t[0], t[1], ended, static_cast<std::uint64_t>(win.mail(0)->timed));
 }
 
 // Reduce-scatter inside rows of c consecutive ranks (ring, or the shared window), all-reduce of
@@ -860,7 +875,7 @@ Allreducer::Groups* Allreducer::window_group() const {
 StoreChooser* Allreducer::window_stores(std::size_t n) const {
   Groups* g = window_group();
   if (g == nullptr) return nullptr;
-  return store_chooser(opt_.window_stores, g->window->choice, std::min(n, kWindowSegmentFloats));
+  return store_chooser(opt_.window_stores, g->choice, std::min(n, kWindowSegmentFloats));
 }
 
 std::optional<StoreChooser> Allreducer::window_stores_of(std::size_t n) const {

@@ -95,9 +95,9 @@ struct WindowStepTimes {
 };
 
 // The shared-memory windows of hierarchical's node-local step: one per group of ranks that
-// share a node, with the store choosers that learn it (its mailboxes are in it). Allreducers
-// given one pool (AllreduceOptions::windows) step through one window where their node groups
-// are the same ranks in the same order, each regrowing it as its messages need. How fast a
+// share a node. Allreducers given one pool (AllreduceOptions::windows) step through one window
+// where their node groups are the same ranks in the same order, each regrowing it as its
+// messages need; each keeps its own store choosers, which time its own segments. How fast a
 // window runs is partly its memory's: six instances with windows of their own and fixed stores
 // differed by 1.07-1.27x per round of the instances bench (10-20% over seconds, a different
 // window slow each time), one window shared by all of them by 1.02-1.03x (docs/collectives.md,
@@ -288,7 +288,7 @@ private:
   void shm_two_level(float* buf, std::size_t n, Groups& g);
   // After a segment's first sync: the times that every rank's chooser posted after the segment
   // learned last, agreed (the largest of each kind) into that chooser on every rank alike.
-  void agree_stores(WindowPool::Window& win, int q);
+  void agree_stores(Groups& g, int q);
   void run(AllreduceAlgo algo, float* buf, std::size_t n);
   std::vector<AllreduceAlgo> distinct_algorithms();
   struct Trial; // auto's measurement in progress for one size
