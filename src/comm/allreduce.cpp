@@ -320,17 +320,23 @@ std::size_t mail_offset(std::size_t floats) {
 
 } // namespace
 
-// A node group's shared window (WindowPool). Each rank's part ends in a mailbox, where the
-// Allreducer stepping through the window posts its store chooser's times.
+// A node group's shared window (WindowPool) and what is learned of it. Each rank's part ends
+// in a mailbox: its chooser's times after its last learned segment.
 struct WindowPool::Window {
   MPI_Comm row = MPI_COMM_NULL; // a duplicate of the first user's row: the window's group
   MPI_Win win = MPI_WIN_NULL;
   std::size_t win_floats = 0; // per rank
   std::vector<float*> slot;   // every row rank's part of the window
-  std::uint64_t grown = 0;    // how often it was (re)made
+  // adaptive window stores per segment size class (2^11 floats and up, doubling); a class
+  // seen for the first time starts from the class timed last (StoreChooser::seed)
+  std::array<StoreChooser, 8> choice;
+  StoreChooser* last = nullptr; // the chooser of the segment size timed last
+  std::uint64_t learned = 0;    // segments learned from, on every rank alike
+  std::uint64_t agreed = 0;     // the last of them whose times the ranks agreed on
   Mail* mail(int r) const {
     return reinterpret_cast<Mail*>(slot[static_cast<std::size_t>(r)] + mail_offset(win_floats));
   }
+  Mail posted; // this rank's last mail, posted again into a regrown window
 };
 
 WindowPool::WindowPool() = default;
@@ -362,24 +368,11 @@ WindowPool::Window& WindowPool::window_of(MPI_Comm row) {
 
 // Two levels over rows of c consecutive ranks and the columns across them. When a row's ranks
 // share memory (hierarchical's node), the row steps go through a shared window of the pool.
-// The store choosers are the Allreducer's own, and count its own segments only: shared by the
-// pool's users, their tries (3 segments in every 16 or more) fell on whichever user ran then,
-// and auto, whose warm-up is planned so that no try lands on its timed calls, found tries on
-// them; its measurement then timed the window step at 25 us against its column's 19 (stop 23,
-// run c2 at 128 KiB).
 struct Allreducer::Groups {
   MPI_Comm row = MPI_COMM_NULL, col = MPI_COMM_NULL;
   bool shared = false;                  // the row's ranks share memory
-  WindowPool::Window* window = nullptr; // the pool's, its memory made at the first window step
-  std::uint64_t seen = 0;               // window->grown when this Allreducer stepped last
-  // adaptive window stores per segment size class (2^11 floats and up, doubling); a class
-  // seen for the first time starts from the class timed last (StoreChooser::seed)
-  std::array<StoreChooser, 8> choice;
-  StoreChooser* last = nullptr; // the chooser of the segment size timed last
-  WindowStepTimes times;        // of the segments with a chooser, since the start
-  std::uint64_t learned = 0;    // segments learned from, on every rank alike
-  std::uint64_t agreed = 0;     // the last of them whose times the ranks agreed on
-  Mail posted;                  // this rank's last mail, posted again where another user's stands
+  WindowPool::Window* window = nullptr; // the pool's, from the first window step
+  WindowStepTimes times;                // this Allreducer's segments with a chooser
 };
 
 struct Allreducer::Trial {
@@ -459,7 +452,8 @@ StoreChooser* store_chooser(WindowStores mode, std::array<StoreChooser, 8>& choi
 
 } // namespace
 
-int StoreChooser::next() const {
+int StoreChooser::next(bool hold) const {
+  if (hold) return kind_;           // a try waits, or goes on, after the held segments
   if (tried_ > 0) return 1 - kind_; // a try in progress: three segments in a row
   if (timed_ >= 1 && own_[1 - kind_] == 0.0) return 1 - kind_; // the first try, early
   const std::uint64_t period = try_period(per_float_[kind_], per_float_[1 - kind_], kTrial, 512);
@@ -541,6 +535,7 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     // map every page now, each rank its own part by writing it and the others' by reading
     // them, so that no page fault is charged to a timed step (or to the store chooser)
     std::memset(win.slot[static_cast<std::size_t>(row.rank)], 0, part_floats * sizeof(float));
+    *win.mail(row.rank) = win.posted;
     PT_MPI(MPI_Win_sync(win.win));
     PT_MPI(MPI_Barrier(win.row));
     PT_MPI(MPI_Win_sync(win.win));
@@ -551,21 +546,13 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     }
     volatile float sink = touched;
     (void)sink;
-    ++win.grown;
   }
-  // a first step on memory made since this Allreducer stepped last runs cold: not learned from
-  const bool cold = g.seen != win.grown;
-  g.seen = win.grown;
-  const int q = row.size, me = row.rank;
-  // this rank's last mail again, where another user of the window (or a regrowth) left other
-  // mail: read before written, since a store into the line, which the other ranks read last,
-  // costs a round trip between cores
-  if (std::memcmp(win.mail(me), &g.posted, sizeof(Mail)) != 0) *win.mail(me) = g.posted;
   auto sync = [&] { // make every rank's stores visible to the others
     PT_MPI(MPI_Win_sync(win.win));
     PT_MPI(MPI_Barrier(win.row));
     PT_MPI(MPI_Win_sync(win.win));
   };
+  const int q = row.size, me = row.rank;
   float* mine = win.slot[static_cast<std::size_t>(me)];
   for (std::size_t off = 0; off < n; off += want) {
     const std::size_t w = std::min(want, n - off);
@@ -574,11 +561,11 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     // the kind of stores into the window (0 cached, 1 streaming): fixed, or adaptive: the
     // chooser of this segment size picks it and times the step (segments too short to time:
     // cached, no chooser)
-    StoreChooser* const chooser = store_chooser(opt_.window_stores, g.choice, w);
+    StoreChooser* const chooser = store_chooser(opt_.window_stores, win.choice, w);
     int stores = opt_.window_stores == WindowStores::streaming ? 1 : 0;
     if (chooser != nullptr) {
-      if (g.last != nullptr) chooser->seed(*g.last);
-      stores = chooser->next();
+      if (win.last != nullptr) chooser->seed(*win.last);
+      stores = chooser->next(hold_tries_);
     }
     using Clock = std::chrono::steady_clock;
     auto now = [&] { return chooser != nullptr ? Clock::now() : Clock::time_point{}; };
@@ -589,7 +576,7 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     const auto t1 = now();
     sync();
     const auto t2 = now(); // the wait for the slower rank not counted
-    agree_stores(g, q);
+    agree_stores(win, q);
     auto part = [&](int r) {
       return r == me ? seg + b : win.slot[static_cast<std::size_t>(r)] + b;
     };
@@ -612,18 +599,19 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
       std::memcpy(seg + rb, win.slot[static_cast<std::size_t>(r)] + rb, (re - rb) * sizeof(float));
     }
     sync(); // nobody overwrites the window before everyone has read it
-    if (chooser != nullptr && !cold) {
+    // a first step after the window grew runs cold: not learned from
+    if (chooser != nullptr && !grown) {
       const auto t3 = Clock::now();
       const std::chrono::duration<double> took = (t1 - t0) + (t3 - t2), wait = t2 - t1;
       const bool ended = chooser->learn(stores, took.count() / static_cast<double>(w));
-      g.last = chooser;
-      ++g.learned;
+      win.last = chooser;
+      ++win.learned;
       // this rank's times, for every rank to read after the next segment's first sync
-      g.posted = Mail{{chooser->own(0), chooser->own(1)},
-                      static_cast<double>(g.learned),
-                      ended ? 1.0 : 0.0,
-                      static_cast<double>(chooser->segments_timed())};
-      *win.mail(me) = g.posted;
+      win.posted = Mail{{chooser->own(0), chooser->own(1)},
+                        static_cast<double>(win.learned),
+                        ended ? 1.0 : 0.0,
+                        static_cast<double>(chooser->segments_timed())};
+      *win.mail(me) = win.posted;
       g.times.timed += took.count();
       g.times.wait += wait.count();
       ++g.times.segments;
@@ -634,22 +622,20 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
 // Every rank posted its mail before its first sync of this segment, and posts the next one only
 // after the segment's last sync: all ranks read the same mail and agree alike. A rank's chooser
 // steps in lockstep with the others' (the same segments learned, the same agreed times), so each
-// mailbox holds the same seq; each call starts by posting its last mail again where the
-// mailbox holds another (another user's of the pool, or none after a regrowth).
-void Allreducer::agree_stores(Groups& g, int q) {
-  const WindowPool::Window& win = *g.window;
-  if (g.last == nullptr || g.agreed == g.learned) return;
+// mailbox holds the same seq; a regrown window holds the last mail posted again.
+void Allreducer::agree_stores(WindowPool::Window& win, int q) {
+  if (win.last == nullptr || win.agreed == win.learned) return;
   double t[2] = {0.0, 0.0};
   bool ended = false;
   for (int r = 0; r < q; ++r) {
     const Mail& m = *win.mail(r);
-    if (m.seq != static_cast<double>(g.learned)) return; // a guard: equal in lockstep
+    if (m.seq != static_cast<double>(win.learned)) return; // a guard: equal in lockstep
     t[0] = std::max(t[0], m.own[0]);
     t[1] = std::max(t[1], m.own[1]);
     ended = ended || m.ended != 0.0;
   }
-  g.agreed = g.learned;
-  g.last->agree(t[0], t[1], ended, static_cast<std::uint64_t>(win.mail(0)->timed));
+  win.agreed = win.learned;
+  win.last->agree(t[0], t[1], ended, static_cast<std::uint64_t>(win.mail(0)->timed));
 }
 
 // Reduce-scatter inside rows of c consecutive ranks (ring, or the shared window), all-reduce of
@@ -695,6 +681,12 @@ void Allreducer::run(AllreduceAlgo algo, float* buf, std::size_t n) {
     return two_level(buf, n, two_level_row(algo, size_, opt_.node_size),
                      algo == AllreduceAlgo::hierarchical);
   }
+}
+
+void Allreducer::timed_run(AllreduceAlgo algo, float* buf, std::size_t n) {
+  hold_tries_ = true;
+  run(algo, buf, n);
+  hold_tries_ = false;
 }
 
 void Allreducer::sum(float* buf, std::size_t n) {
@@ -800,7 +792,7 @@ void Allreducer::watched_call(float* buf, std::size_t n, TuneResult& w) {
     return;
   }
   const double t0 = MPI_Wtime();
-  run(algo, buf, n);
+  timed_run(algo, buf, n);
   if (role == WatchRole::timed_pick) w.pick_s.push_back(MPI_Wtime() - t0);
   if (challenge) w.other_s.push_back(MPI_Wtime() - t0);
   if (w.calls < 4 * period) return;
@@ -875,7 +867,7 @@ Allreducer::Groups* Allreducer::window_group() const {
 StoreChooser* Allreducer::window_stores(std::size_t n) const {
   Groups* g = window_group();
   if (g == nullptr) return nullptr;
-  return store_chooser(opt_.window_stores, g->choice, std::min(n, kWindowSegmentFloats));
+  return store_chooser(opt_.window_stores, g->window->choice, std::min(n, kWindowSegmentFloats));
 }
 
 std::optional<StoreChooser> Allreducer::window_stores_of(std::size_t n) const {
@@ -985,7 +977,7 @@ void Allreducer::tuning_call(float* buf, std::size_t n) {
   }
   PT_MPI(MPI_Barrier(comm_));
   const double t0 = MPI_Wtime();
-  run(tr->cand[c], buf, n);
+  timed_run(tr->cand[c], buf, n);
   tr->calls[c].push_back(MPI_Wtime() - t0);
   tr->warm = false;
   tr->next = c + 1;

@@ -52,7 +52,10 @@ enum class WindowStores { adaptive, cached, streaming };
 // mixture (docs/collectives.md, "Stop 22").
 class StoreChooser {
 public:
-  int next() const; // the kind for the next segment (the same on every rank)
+  // The kind for the next segment (the same on every rank). hold: the kind in use, no try
+  // (auto's timed calls: the chooser is shared by a window pool's users, and their segments
+  // bring its tries round at any call); a try cut by held segments goes on after them.
+  int next(bool hold = false) const;
   // This rank's time of the segment it ran with kind. True when a try of the other kind has
   // just ended (on every rank at the same segment).
   bool learn(int kind, double seconds_per_float);
@@ -95,9 +98,9 @@ struct WindowStepTimes {
 };
 
 // The shared-memory windows of hierarchical's node-local step: one per group of ranks that
-// share a node. Allreducers given one pool (AllreduceOptions::windows) step through one window
-// where their node groups are the same ranks in the same order, each regrowing it as its
-// messages need; each keeps its own store choosers, which time its own segments. How fast a
+// share a node, with the store choosers that learn it (its mailboxes are in it). Allreducers
+// given one pool (AllreduceOptions::windows) step through one window where their node groups
+// are the same ranks in the same order, each regrowing it as its messages need. How fast a
 // window runs is partly its memory's: six instances with windows of their own and fixed stores
 // differed by 1.07-1.27x per round of the instances bench (10-20% over seconds, a different
 // window slow each time), one window shared by all of them by 1.02-1.03x (docs/collectives.md,
@@ -288,8 +291,10 @@ private:
   void shm_two_level(float* buf, std::size_t n, Groups& g);
   // After a segment's first sync: the times that every rank's chooser posted after the segment
   // learned last, agreed (the largest of each kind) into that chooser on every rank alike.
-  void agree_stores(Groups& g, int q);
+  void agree_stores(WindowPool::Window& win, int q);
   void run(AllreduceAlgo algo, float* buf, std::size_t n);
+  // run, for one of auto's timed calls: the window step's store chooser holds its tries
+  void timed_run(AllreduceAlgo algo, float* buf, std::size_t n);
   std::vector<AllreduceAlgo> distinct_algorithms();
   struct Trial; // auto's measurement in progress for one size
   // False while the window step's store chooser for n floats has not timed both kinds (agreed
@@ -318,6 +323,7 @@ private:
   std::map<int, Groups*> groups_;
   bool used_shm_ = false;
   std::shared_ptr<WindowPool> pool_; // opt_.windows, or one of its own
+  bool hold_tries_ = false;          // in a timed_run
   std::map<std::size_t, TuneResult> tuned_;
   std::map<std::size_t, std::unique_ptr<Trial>> trials_;
   // auto: the last size's choice (the trainer repeats a few bucket sizes)

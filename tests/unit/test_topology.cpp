@@ -409,6 +409,36 @@ TEST(WindowStores, ChooserFollowsTheFasterKind) {
   EXPECT_EQ(g.kind(), 0);
 }
 
+// auto's timed calls hold the tries: no segment of the other kind while held, a try that the
+// held segments cut goes on after them with its three segments, and one that would have begun
+// under the hold comes after it.
+TEST(WindowStores, TimedCallsHoldTheTries) {
+  pt::StoreChooser c;
+  for (int i = 0; i < 64; ++i) learn_alone(c, c.next(), 1.0); // both timed, cached in use
+  ASSERT_TRUE(c.timed_both());
+  int held_other = 0, before = 0;
+  for (; before < 1024 && c.next() == c.kind(); ++before) learn_alone(c, c.kind(), 1.0);
+  ASSERT_NE(c.next(), c.kind()) << "no try within 1024 segments";
+  learn_alone(c, c.next(), 1.6); // the try's first segment
+  for (int i = 0; i < 5; ++i) {  // five held segments (a timed call of auto's)
+    const int k = c.next(true);
+    held_other += k != c.kind() ? 1 : 0;
+    learn_alone(c, k, 1.0);
+  }
+  EXPECT_EQ(held_other, 0);
+  EXPECT_NE(c.next(), c.kind()); // the cut try goes on: its second segment
+  learn_alone(c, c.next(), 1.6);
+  EXPECT_NE(c.next(), c.kind()); // and its third
+  learn_alone(c, c.next(), 1.6);
+  EXPECT_EQ(c.next(), c.kind()); // done, cached kept
+  EXPECT_EQ(c.kind(), 0);
+  // a try due under a hold is not run there
+  pt::StoreChooser d;
+  for (int i = 0; i < 64; ++i) learn_alone(d, d.next(), 1.0);
+  while (d.next() == d.kind()) learn_alone(d, d.kind(), 1.0);
+  EXPECT_EQ(d.next(true), d.kind());
+}
+
 // Two ranks of one window. A rank's step reads the other's part, so its time depends on both
 // ranks' kinds: here (cores far apart) any cached stores make both ranks' steps 5x slower.
 // Choosing alone, a pair that starts one on each kind tries the other kind on the same segments,
