@@ -507,6 +507,8 @@ int bench_window(const Args& a) {
 // instances slow round after round belongs to their windows; one that moves is the machine's.
 // --stores: adaptive, cached or streaming for every rank, or a list by rank ("cached,streaming":
 // rank 0 cached, rank 1 streaming), to time a window whose ranks store differently.
+// --windows shared: all instances step through one window (a pt::WindowPool); the spread that
+// is left is not the windows' memory (docs/collectives.md, "Stop 23").
 int bench_instances(const Args& a) {
   const int count = std::clamp(static_cast<int>(a.num("--instances", 6)), 2, 16);
   const int rounds = std::max(1, static_cast<int>(a.num("--rounds", 16)));
