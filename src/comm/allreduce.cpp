@@ -684,9 +684,12 @@ void Allreducer::run(AllreduceAlgo algo, float* buf, std::size_t n) {
 }
 
 void Allreducer::timed_run(AllreduceAlgo algo, float* buf, std::size_t n) {
+  struct Release { // the hold ends with the call, however it ends
+    bool& held;
+    ~Release() { held = false; }
+  } release{hold_tries_};
   hold_tries_ = true;
   run(algo, buf, n);
-  hold_tries_ = false;
 }
 
 void Allreducer::sum(float* buf, std::size_t n) {
@@ -713,23 +716,22 @@ WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger, 
   if (pick_ref > 0.0 && (pick_now > 1.5 * pick_ref || pick_ref > 1.5 * pick_now)) {
     return drifted_before + 1 >= needed ? WatchVerdict::remeasure : WatchVerdict::drifted;
   }
-  const bool faster = challenger < 0.97 * pick_now && pick_now - challenger > 2.0 * error;
+  // the pick's better time of this window and the last one kept: one window of it stalled does
+  // not let a challenger win
+  const double pick = pick_ref > 0.0 ? std::min(pick_now, pick_ref) : pick_now;
+  const bool faster = challenger < 0.97 * pick && pick - challenger > 2.0 * error;
   return faster ? WatchVerdict::challenger : WatchVerdict::keep;
 }
 
-namespace {
-
-// The watch's period for its next window's challenger.
 std::size_t challenge_period(const TuneResult& w, const AllreduceAlgo* challenger) {
   double pick = 0.0, other = 0.0;
   for (const auto& [algo, sec] : w.seconds) {
     if (algo == w.pick) pick = sec;
     if (challenger != nullptr && algo == *challenger) other = sec;
   }
+  if (w.pick_ref > 0.0) pick = w.pick_ref; // the pick's time now, not at the measurement
   return watch_period(pick, other);
 }
-
-} // namespace
 
 std::size_t watch_period(double pick_s, double challenger_s) {
   constexpr double kWindowFloor = 100e-6; // seconds of the pick's calls per window, at least

@@ -222,7 +222,11 @@ double error_of_fastest(std::vector<double> seconds, std::size_t drop_one_in);
 // The challenger wins when it is more than 3% faster and the difference is more than twice its
 // standard error: below a microsecond a call's time jitters by more than the algorithms differ,
 // and a 3% margin alone switched between recursive doubling and MPI_Allreduce up to 6 times in a
-// benchmark row (docs/collectives.md, "Stop 18").
+// benchmark row (docs/collectives.md, "Stop 18"). Faster than the pick's better time of this
+// window and the reference (the last window kept), so that a pick slowed for one window only
+// (within 1.5x; more is a drift) does not hand the size to a challenger that is slower in the
+// windows around it; a pick slower for good moves the reference one window later, and loses
+// then (docs/collectives.md, "Stop 23").
 enum class WatchVerdict { keep, challenger, drifted, remeasure };
 WatchVerdict watch_verdict(double pick_ref, double pick_now, double challenger, int drifted_before,
                            int needed, double error);
@@ -256,6 +260,13 @@ std::size_t watch_quiet(std::size_t call, std::size_t period);
 // the watch's own work on sub-microsecond messages (four timed calls per period and one
 // all-reduce of two numbers per window) stays near 1%.
 std::size_t watch_period(double pick_s, double challenger_s);
+// watch_period for the next window of w with challenger (none: nullptr): the challenger's time
+// from the measurement, the pick's from the last window kept (pick_ref) once there is one. The
+// measurement's time of the window step was often 1.3-1.9x its column's (its first calls of a
+// size run cold), and the period from it was too short: at 256 KiB in stop 23's run e4 it
+// had the window step at 43 us and ring at 48, so ring challenged every 64 calls, where the
+// window step then ran at 25 us: five calls of ring per window cost about 7% of the pick's time.
+std::size_t challenge_period(const TuneResult& w, const AllreduceAlgo* challenger);
 
 // In-place sums over one communicator. Keeps what repeated calls need: scratch memory, the
 // sub-communicators of the two-level algorithms and the shared-memory window, so a training

@@ -221,6 +221,21 @@ TEST(AutoMeasurement, ModelsChoiceKeepsTiesWithinTheNoise) {
   EXPECT_EQ(pt::measurement_pick(big, {1e-3, 0.1e-3, 8e-3}, all, 1, 7), 1u); // kept: believed
 }
 
+// stop 23's e4 at 256 KiB: the measurement had the window step at 43 us, ring at 48; the
+// window step's kept windows then ran at 25 us, and ring's challenges get a longer period
+TEST(AutoWatch, PeriodFromThePicksTimeNow) {
+  using A = pt::AllreduceAlgo;
+  pt::TuneResult w;
+  w.pick = A::hierarchical;
+  w.seconds = {{A::ring, 48.26e-6}, {A::hierarchical, 43.27e-6}};
+  const A ring = A::ring;
+  EXPECT_EQ(pt::challenge_period(w, &ring), 16u); // from the measurement alone
+  w.pick_ref = 25e-6;
+  EXPECT_EQ(pt::challenge_period(w, &ring), pt::watch_period(25e-6, 48.26e-6));
+  EXPECT_EQ(pt::challenge_period(w, &ring), 64u); // 5 x 23 us over 4 x 64 calls of 25 us: 1.8%
+  EXPECT_EQ(pt::challenge_period(w, nullptr), pt::watch_period(25e-6, 0.0));
+}
+
 TEST(AutoWatch, VerdictFollowsTheTimes) {
   using V = pt::WatchVerdict;
   EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 1e30, 0, 2, 0.0),
@@ -239,6 +254,11 @@ TEST(AutoWatch, VerdictFollowsTheTimes) {
   // a challenger 10% faster, by less than twice the difference's standard error: noise
   EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 90e-6, 0, 2, 6e-6), V::keep);
   EXPECT_EQ(pt::watch_verdict(0.0, 100e-6, 90e-6, 0, 2, 4e-6), V::challenger);
+  // the pick slow in this window only (within 1.5x of the reference): a challenger must beat
+  // the reference too; slow in the last kept window as well, the challenger wins
+  EXPECT_EQ(pt::watch_verdict(25e-6, 36e-6, 33e-6, 0, 2, 0.0), V::keep);
+  EXPECT_EQ(pt::watch_verdict(25e-6, 36e-6, 24e-6, 0, 2, 0.0), V::challenger);
+  EXPECT_EQ(pt::watch_verdict(36e-6, 36e-6, 33e-6, 0, 2, 0.0), V::challenger);
   EXPECT_DOUBLE_EQ(pt::error_of_fastest({4.0, 1.0, 2.0, 3.0, 100.0}, 5),
                    std::sqrt(5.0 / 3.0 / 4.0)); // 1..4 kept: sd sqrt(5/3), over sqrt(4)
   EXPECT_EQ(pt::error_of_fastest({2.0}, 5), 0.0);
