@@ -429,7 +429,10 @@ Allreducer::Groups& Allreducer::groups(int c) {
     PT_MPI(MPI_Comm_size(sh, &sh_size));
     PT_MPI(MPI_Comm_free(&sh));
     g->shared = sh_size == c;
-    if (g->shared) g->window = &pool_->window_of(g->row); // its memory made at the first step
+    // only hierarchical's rows (its nodes) step through a window: a torus2d row that happens
+    // to share memory gets none, nor the pool's communicator for it
+    const bool node_rows = c == two_level_row(AllreduceAlgo::hierarchical, size_, opt_.node_size);
+    if (g->shared && node_rows) g->window = &pool_->window_of(g->row); // memory at the first step
   }
   return *g;
 }

@@ -14,6 +14,26 @@
 
 #include "comm/allreduce.hpp"
 
+namespace {
+
+// One call of `red` on n integer-valued floats (rank- and salt-dependent, so that calls differ)
+// against MPI_Allreduce on the same data: true when this rank's result matches bit for bit.
+bool exact_sum(pt::Allreducer& red, MPI_Comm comm, std::size_t n, int salt) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  std::vector<float> want(n), got(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    want[i] = got[i] = static_cast<float>((r * 31 + salt * 7 + static_cast<int>(i % 97)) % 1000);
+  }
+  if (n > 0) {
+    MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm);
+  }
+  red.sum(got.data(), n);
+  return std::memcmp(want.data(), got.data(), n * sizeof(float)) == 0;
+}
+
+} // namespace
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
@@ -42,16 +62,7 @@ int main(int argc, char** argv) {
         opt.topology = pt::topology_preset("fat-tree");
         pt::Allreducer red(MPI_COMM_WORLD, opt); // kept across counts, as the trainer does
         for (std::size_t n : counts) {
-          std::vector<float> want(n), got(n);
-          for (std::size_t i = 0; i < n; ++i) {
-            want[i] = got[i] = static_cast<float>((rank * 31 + static_cast<int>(i % 97)) % 1000);
-          }
-          if (n > 0) {
-            MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                          MPI_COMM_WORLD);
-          }
-          red.sum(got.data(), n);
-          int ok = std::memcmp(want.data(), got.data(), n * sizeof(float)) == 0 ? 1 : 0;
+          int ok = exact_sum(red, MPI_COMM_WORLD, n, 0) ? 1 : 0;
           MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
           if (ok) {
             ++passed;
@@ -88,15 +99,7 @@ int main(int argc, char** argv) {
     pt::Allreducer red(MPI_COMM_WORLD, opt);
     int settled_at = -1, bad_calls = 0;
     for (int call = 0; call < 300 || (!red.settled(n) && call < 300 + kSettleBound); ++call) {
-      std::vector<float> want(n), got(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        want[i] = got[i] =
-            static_cast<float>((rank * 17 + call * 5 + static_cast<int>(i % 89)) % 1000);
-      }
-      MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                    MPI_COMM_WORLD);
-      red.sum(got.data(), n);
-      bad_calls += std::memcmp(want.data(), got.data(), n * sizeof(float)) != 0;
+      bad_calls += exact_sum(red, MPI_COMM_WORLD, n, call) ? 0 : 1;
       if (settled_at < 0 && red.settled(n)) settled_at = call;
     }
     MPI_Allreduce(MPI_IN_PLACE, &bad_calls, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -134,7 +137,7 @@ int main(int argc, char** argv) {
   // regrows the window under the others): exact on every call; one window per node group,
   // shared by the users whose rows are the same ranks in the same order, and what one user's
   // steps teach the store chooser the other users see; a row of the same ranks in another
-  // order (a reversed communicator) gets a window of its own.
+  // order (a reversed communicator) gets a window of its own; torus2d gets none.
   std::vector<int> pooled_nodes; // one node of all ranks, and nodes of two where that differs
   if (size >= 2) pooled_nodes.push_back(size);
   if (size > 2 && size % 2 == 0) pooled_nodes.push_back(2);
@@ -158,17 +161,7 @@ int main(int argc, char** argv) {
       auto d = make(reversed, "hierarchical", pt::WindowStores::streaming);
       int bad = 0, call = 0;
       auto check = [&](pt::Allreducer& red, MPI_Comm comm, std::size_t n) {
-        int r = 0;
-        MPI_Comm_rank(comm, &r);
-        std::vector<float> want(n), got(n);
-        for (std::size_t i = 0; i < n; ++i) {
-          want[i] = got[i] =
-              static_cast<float>((r * 13 + call * 7 + static_cast<int>(i % 83)) % 1000);
-        }
-        MPI_Allreduce(MPI_IN_PLACE, want.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm);
-        red.sum(got.data(), n);
-        bad += std::memcmp(want.data(), got.data(), n * sizeof(float)) != 0;
-        ++call;
+        bad += exact_sum(red, comm, n, call++) ? 0 : 1;
       };
       auto e = make(MPI_COMM_WORLD, "hierarchical", pt::WindowStores::adaptive);
       check(*e, MPI_COMM_WORLD, 1000); // e's groups and window first, at a small size
@@ -183,6 +176,10 @@ int main(int argc, char** argv) {
         check(*d, reversed, n);
         check(*c, MPI_COMM_WORLD, n);
       }
+      // torus2d's rows (of another size than the nodes where p = 4, 8) share memory but never
+      // step through a window: no window of their own in the pool
+      auto t = make(MPI_COMM_WORLD, "torus2d", pt::WindowStores::adaptive);
+      check(*t, MPI_COMM_WORLD, 100003);
       MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
       const bool ok = bad == 0 && shared_chooser && windows_before_d == 1 && pool->windows() == 2 &&
                       a->used_shared_memory() && b->used_shared_memory() && d->used_shared_memory();
