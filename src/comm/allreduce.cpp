@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -337,6 +338,19 @@ struct WindowPool::Window {
     return reinterpret_cast<Mail*>(slot[static_cast<std::size_t>(r)] + mail_offset(win_floats));
   }
   Mail posted; // this rank's last mail, posted again into a regrown window
+  // the segment length per message size class (std::bit_width of the floats), from the first
+  // message of the class longer than a short segment
+  std::map<int, SegmentChooser> segments;
+  SegmentChooser* segment_chooser(std::size_t n) {
+    return n > SegmentChooser::kShort ? &segments[std::bit_width(n)] : nullptr;
+  }
+  // the length that n floats run with now (the long one while choosing): no chooser made
+  std::size_t segment_now(std::size_t n) const {
+    const auto it = segments.find(std::bit_width(n));
+    const std::size_t len =
+        it == segments.end() || it->second.pick() == 0 ? SegmentChooser::kLong : it->second.pick();
+    return std::min(n, len);
+  }
 };
 
 WindowPool::WindowPool() = default;
@@ -468,6 +482,31 @@ void StoreChooser::seed(const StoreChooser& last) {
   kind_ = last.kind_;
 }
 
+std::size_t SegmentChooser::next(bool hold) const {
+  if (pick_ != 0) return pick_;
+  if (hold) return kLong;
+  return long_.size() <= short_.size() ? kLong : kShort; // alternate, long first
+}
+
+bool SegmentChooser::learn(std::size_t len, double seconds_per_float) {
+  if (pick_ != 0) return false;
+  (len == kLong ? long_ : short_).push_back(seconds_per_float);
+  return static_cast<int>(long_.size()) >= kCalls && static_cast<int>(short_.size()) >= kCalls;
+}
+
+std::pair<double, double> SegmentChooser::medians() const {
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(long_), median(short_)};
+}
+
+void SegmentChooser::agree(double long_spf, double short_spf) {
+  pick_ = short_spf > 0.0 && short_spf < long_spf * (1.0 - kMargin) ? kShort : kLong;
+}
+
 void StoreChooser::forget() {
   per_float_[0] = per_float_[1] = 0.0;
   own_[0] = own_[1] = 0.0;
@@ -511,7 +550,10 @@ void StoreChooser::agree(double cached, double streaming, bool try_ended, std::u
 void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
   const Comm row(g.row), col(g.col);
   WindowPool::Window& win = *g.window;
-  const std::size_t want = std::min(n, kWindowSegmentFloats);
+  const auto start = std::chrono::steady_clock::now();
+  SegmentChooser* const lengths = win.segment_chooser(n);
+  const std::size_t len = lengths != nullptr ? lengths->next(hold_tries_) : SegmentChooser::kLong;
+  const std::size_t want = std::min(n, len);
   const bool grown = win.win_floats < want;
   if (grown) { // every row rank asks for the same size: a collective regrowth
     if (win.win != MPI_WIN_NULL) {
@@ -618,6 +660,17 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
       g.times.timed += took.count();
       g.times.wait += wait.count();
       ++g.times.segments;
+    }
+  }
+  // the whole call, waits included, for the segment length (not a cold first call after the
+  // window grew, nor a held one); the ranks agree at the same call, in lockstep
+  if (lengths != nullptr && !grown && !hold_tries_ && lengths->pick() == 0) {
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (lengths->learn(len, took.count() / static_cast<double>(n))) {
+      const auto [mine_long, mine_short] = lengths->medians();
+      double t[2] = {mine_long, mine_short};
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, win.row));
+      lengths->agree(t[0], t[1]);
     }
   }
 }
@@ -872,13 +925,20 @@ Allreducer::Groups* Allreducer::window_group() const {
 StoreChooser* Allreducer::window_stores(std::size_t n) const {
   Groups* g = window_group();
   if (g == nullptr) return nullptr;
-  return store_chooser(opt_.window_stores, g->window->choice, std::min(n, kWindowSegmentFloats));
+  return store_chooser(opt_.window_stores, g->window->choice, g->window->segment_now(n));
 }
 
 std::optional<StoreChooser> Allreducer::window_stores_of(std::size_t n) const {
   const StoreChooser* st = window_stores(n);
   if (st == nullptr) return std::nullopt;
   return *st;
+}
+
+std::optional<std::size_t> Allreducer::window_segment_of(std::size_t n) const {
+  const Groups* g = window_group();
+  if (g == nullptr || n <= SegmentChooser::kShort) return std::nullopt;
+  const auto it = g->window->segments.find(std::bit_width(n));
+  return it == g->window->segments.end() ? 0 : it->second.pick();
 }
 
 WindowStepTimes Allreducer::window_step_times() const {

@@ -89,6 +89,38 @@ private:
   int tried_ = 0;
 };
 
+// The window step's segment length for messages of one size class (2^k to 2^(k+1) floats, more
+// than one short segment), chosen jointly by the window's ranks from whole calls: long segments
+// (kWindowSegmentFloats, 1 MiB) and short ones (a quarter of that) alternate call by call until
+// each has kCalls calls timed; then every rank's median seconds per float of each length, the
+// slowest rank's (agree), pick the length for good. Short segments must be more than kMargin
+// faster: a near-tie keeps the long ones, the length measured on earlier machines. On the
+// AMD EPYC development machine 1 MiB segments were as fast or faster (256 KiB ones 1.1-1.4x
+// slower from 16 MiB); on an Intel Xeon with 2 MiB of L2 per core 256 KiB ones were 5-20% faster
+// from 2 to 16 MiB (docs/collectives.md, "Stop 24").
+class SegmentChooser {
+public:
+  static constexpr std::size_t kLong = kWindowSegmentFloats, kShort = kWindowSegmentFloats / 4;
+  static constexpr int kCalls = 6;        // timed calls of each length before the pick
+  static constexpr double kMargin = 0.03; // short must be faster by this fraction
+  // The segment length of the next call (the same on every rank). hold: the pick, or the long
+  // length while choosing; such a call is not learned from (auto's timed calls).
+  std::size_t next(bool hold = false) const;
+  // This rank's time of a call that ran segments of len. True when both lengths have kCalls
+  // calls: the ranks must agree now (on every rank at the same call).
+  bool learn(std::size_t len, double seconds_per_float);
+  // This rank's median seconds per float of the long and the short calls (0: none yet).
+  std::pair<double, double> medians() const;
+  // The medians agreed over the ranks (the largest of each): the pick, for good.
+  void agree(double long_spf, double short_spf);
+  std::size_t pick() const { return pick_; } // 0: still choosing
+  int calls_timed() const { return static_cast<int>(long_.size() + short_.size()); }
+
+private:
+  std::vector<double> long_, short_; // this rank's seconds per float, per call
+  std::size_t pick_ = 0;
+};
+
 // Where the window step's time went, summed over its segments with a store chooser since the
 // Allreducer was made (for the bench's report): the timed parts (what the chooser learns from)
 // and the one untimed part, the wait at the synchronization after the copy-in.
@@ -293,6 +325,9 @@ public:
   // This rank's store chooser of the window step for n floats, as it stands (for the bench's
   // report), or none: no window yet, or stores not adaptive for that segment size.
   std::optional<StoreChooser> window_stores_of(std::size_t n) const;
+  // The window step's segment length for n floats as it stands (SegmentChooser::pick, 0 while
+  // choosing), or none: no window yet, or n not longer than a short segment.
+  std::optional<std::size_t> window_segment_of(std::size_t n) const;
   WindowStepTimes window_step_times() const; // this rank's, of this Allreducer's window steps
 
 private:

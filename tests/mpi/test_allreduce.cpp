@@ -194,6 +194,39 @@ int main(int argc, char** argv) {
     pool.reset(); // the last user gone: the windows are freed here, before the communicator
     MPI_Comm_free(&reversed);
   }
+  // the window step's segment length: chosen from whole calls of both lengths, exact on every
+  // call meanwhile, the same pick on every rank; none for messages of one short segment
+  if (size >= 2) {
+    pt::AllreduceOptions opt;
+    opt.algo = pt::AllreduceAlgo::hierarchical;
+    opt.node_size = size;
+    opt.topology = pt::topology_preset("node");
+    pt::Allreducer red(MPI_COMM_WORLD, opt);
+    const std::size_t n = 3 * pt::SegmentChooser::kShort + 5; // 3 short segments and a bit
+    int bad = 0;
+    std::size_t before = 1; // the pick before the last call that can complete the choice
+    const int calls = 1 + 2 * pt::SegmentChooser::kCalls; // the first runs cold: not learned
+    for (int call = 0; call < calls; ++call) {
+      if (call == calls - 1) before = red.window_segment_of(n).value_or(1);
+      bad += exact_sum(red, MPI_COMM_WORLD, n, call) ? 0 : 1;
+    }
+    bad += exact_sum(red, MPI_COMM_WORLD, pt::SegmentChooser::kShort, 0) ? 0 : 1;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    const long pick = static_cast<long>(red.window_segment_of(n).value_or(1));
+    long lo = pick, hi = pick;
+    MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    const bool picked = pick == static_cast<long>(pt::SegmentChooser::kLong) ||
+                        pick == static_cast<long>(pt::SegmentChooser::kShort);
+    const bool ok = bad == 0 && before == 0 && picked && lo == hi &&
+                    !red.window_segment_of(pt::SegmentChooser::kShort).has_value();
+    ok ? ++passed : ++failed;
+    if (rank == 0) {
+      std::printf("%s: window segments for %zu floats: %d inexact call(s), pick %ld..%ld floats "
+                  "(before the last call: %zu)\n",
+                  ok ? "ok" : "FAIL", n, bad, lo, hi, before);
+    }
+  }
   // comm.autotune = false: the model decides, nothing is measured
   {
     pt::AllreduceOptions opt;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "comm/allreduce.hpp"
 #include "comm/topology.hpp"
@@ -457,6 +458,47 @@ TEST(WindowStores, TimedCallsHoldTheTries) {
   for (int i = 0; i < 64; ++i) learn_alone(d, d.next(), 1.0);
   while (d.next() == d.kind()) learn_alone(d, d.kind(), 1.0);
   EXPECT_EQ(d.next(true), d.kind());
+}
+
+// The segment length: long and short calls alternate, long first, until each has kCalls; held
+// calls run the long length and are not counted; the pick is the faster median, short only by
+// more than the margin, and stays.
+TEST(WindowSegments, AlternateThenKeepTheFaster) {
+  using pt::SegmentChooser;
+  auto choose = [](double long_spf, double short_spf) {
+    SegmentChooser c;
+    int calls = 0;
+    bool due = false;
+    std::vector<std::size_t> seen;
+    while (!due && calls < 100) {
+      EXPECT_EQ(c.next(true), SegmentChooser::kLong); // a held call, not learned
+      const std::size_t len = c.next();
+      seen.push_back(len);
+      // one slow outlier per length: the median ignores it
+      const double slow = c.calls_timed() < 2 ? 5.0 : 1.0;
+      due = c.learn(len, (len == SegmentChooser::kLong ? long_spf : short_spf) * slow);
+      ++calls;
+    }
+    EXPECT_EQ(calls, 2 * SegmentChooser::kCalls);
+    EXPECT_EQ(seen[0], SegmentChooser::kLong);
+    EXPECT_EQ(seen[1], SegmentChooser::kShort);
+    EXPECT_EQ(c.pick(), 0U); // not before the ranks agree
+    const auto [l, s] = c.medians();
+    EXPECT_DOUBLE_EQ(l, long_spf);
+    EXPECT_DOUBLE_EQ(s, short_spf);
+    c.agree(l, s);
+    EXPECT_EQ(c.next(), c.pick());
+    EXPECT_EQ(c.next(true), c.pick());
+    EXPECT_FALSE(c.learn(c.pick(), 100.0)); // picked for good
+    return c.pick();
+  };
+  EXPECT_EQ(choose(1.0, 0.8), SegmentChooser::kShort);
+  EXPECT_EQ(choose(0.8, 1.0), SegmentChooser::kLong);
+  EXPECT_EQ(choose(1.0, 0.98), SegmentChooser::kLong); // a near-tie keeps the long length
+  // agreed over ranks: the slowest rank's medians decide
+  SegmentChooser c;
+  c.agree(1.0, 1.2);
+  EXPECT_EQ(c.pick(), SegmentChooser::kLong);
 }
 
 // Two ranks of one window. A rank's step reads the other's part, so its time depends on both

@@ -310,6 +310,15 @@ int bench_allreduce(const Args& a) {
           {(now.timed - before[i].timed) / iters * 1e6, (now.wait - before[i].wait) / iters * 1e6});
     }
     print_window_stores(row.bytes, n, inst, step_us, rank, p);
+    // the segment length each window chose for this size (the same on every rank)
+    if (rank == 0 && cols[k_hier].red->window_segment_of(n)) {
+      std::printf("%12.0f # window segments (KiB; 0: still choosing):", row.bytes);
+      for (std::size_t k : {k_hier, k_hier_again}) {
+        std::printf(" %s %zu", cols[k].name.c_str(),
+                    cols[k].red->window_segment_of(n).value_or(0) * sizeof(float) / 1024);
+      }
+      std::printf("\n");
+    }
     if (rank == 0) std::fflush(stdout);
     rows.push_back(row);
   }
