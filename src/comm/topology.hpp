@@ -81,7 +81,8 @@ int two_level_row(AllreduceAlgo algo, int p, int node_size);
 
 // Floats of a message that hierarchical's node-local step moves through the shared window at
 // a time (split over the node's ranks): longer messages go in segments, each with three
-// barriers.
+// barriers. The window may pick a quarter of this per message size instead (SegmentChooser);
+// the cost model counts this length.
 constexpr std::size_t kWindowSegmentFloats = std::size_t{1} << 18;
 
 } // namespace pt
