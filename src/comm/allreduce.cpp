@@ -663,13 +663,15 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
     }
   }
   // the whole call, waits included, for the segment length (not a cold first call after the
-  // window grew, nor a held one); the ranks agree at the same call, in lockstep
+  // window grew, nor a held one). Every rank of the communicator agrees, not only the window's:
+  // the column step between nodes exchanges chunks of the segments, so all nodes' windows must
+  // pick the same length (they count the same calls, in lockstep, and agree at the same one)
   if (lengths != nullptr && !grown && !hold_tries_ && lengths->pick() == 0) {
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     if (lengths->learn(len, took.count() / static_cast<double>(n))) {
       const auto [mine_long, mine_short] = lengths->medians();
       double t[2] = {mine_long, mine_short};
-      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, win.row));
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, comm_));
       lengths->agree(t[0], t[1]);
     }
   }

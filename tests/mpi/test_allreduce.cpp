@@ -195,11 +195,12 @@ int main(int argc, char** argv) {
     MPI_Comm_free(&reversed);
   }
   // the window step's segment length: chosen from whole calls of both lengths, exact on every
-  // call meanwhile, the same pick on every rank; none for messages of one short segment
-  if (size >= 2) {
+  // call meanwhile, the same pick on every rank (every node's window too: the step between
+  // nodes exchanges chunks of the segments); none for messages of one short segment
+  for (int node : pooled_nodes) {
     pt::AllreduceOptions opt;
     opt.algo = pt::AllreduceAlgo::hierarchical;
-    opt.node_size = size;
+    opt.node_size = node;
     opt.topology = pt::topology_preset("node");
     pt::Allreducer red(MPI_COMM_WORLD, opt);
     const std::size_t n = 3 * pt::SegmentChooser::kShort + 5; // 3 short segments and a bit
@@ -222,9 +223,9 @@ int main(int argc, char** argv) {
                     !red.window_segment_of(pt::SegmentChooser::kShort).has_value();
     ok ? ++passed : ++failed;
     if (rank == 0) {
-      std::printf("%s: window segments for %zu floats: %d inexact call(s), pick %ld..%ld floats "
-                  "(before the last call: %zu)\n",
-                  ok ? "ok" : "FAIL", n, bad, lo, hi, before);
+      std::printf("%s: window segments for %zu floats, nodes of %d: %d inexact call(s), pick "
+                  "%ld..%ld floats (before the last call: %zu)\n",
+                  ok ? "ok" : "FAIL", n, node, bad, lo, hi, before);
     }
   }
   // comm.autotune = false: the model decides, nothing is measured
