@@ -90,15 +90,15 @@ private:
 };
 
 // The window step's segment length for messages of one size class (2^k to 2^(k+1) floats, more
-// than one short segment), chosen jointly by the window's ranks from whole calls: long segments
-// (kWindowSegmentFloats, 1 MiB) and short ones (a quarter of that) alternate call by call until
-// each has kCalls calls timed; then every rank's median seconds per float of each length, the
-// slowest rank's over the whole communicator (agree: every node's window must pick the same
-// length, since the step between nodes exchanges chunks of the segments), pick it for good. Short segments must be more than kMargin
-// faster: a near-tie keeps the long ones, the length measured on earlier machines. On the
-// AMD EPYC development machine 1 MiB segments were as fast or faster (256 KiB ones 1.1-1.4x
-// slower from 16 MiB); on an Intel Xeon with 2 MiB of L2 per core 256 KiB ones were 5-20% faster
-// from 2 to 16 MiB (docs/collectives.md, "Stop 24").
+// than one short segment), chosen from whole calls: long segments (kWindowSegmentFloats, 1 MiB)
+// and short ones (a quarter of that) alternate call by call until each has kCalls calls timed.
+// Then every rank's median seconds per float of each length, the slowest rank's over the whole
+// communicator (agree: every node's window must pick the same length, since the step between
+// nodes exchanges chunks of the segments), pick the length for good. Short segments must be
+// more than kMargin faster: a near-tie keeps the long ones, the length of the earlier machines.
+// On the AMD EPYC development machine 1 MiB segments were as fast or faster (256 KiB ones
+// 1.1-1.4x slower from 16 MiB); on an Intel Xeon with 2 MiB of L2 per core, 256 KiB ones made
+// the step 20% faster at 2 MiB and 10-18% at 4 MiB (docs/collectives.md, "Stop 24").
 class SegmentChooser {
 public:
   static constexpr std::size_t kLong = kWindowSegmentFloats, kShort = kWindowSegmentFloats / 4;
