@@ -344,12 +344,11 @@ struct WindowPool::Window {
   SegmentChooser* segment_chooser(std::size_t n) {
     return n > SegmentChooser::kShort ? &segments[std::bit_width(n)] : nullptr;
   }
-  // the length that n floats run with now (the long one while choosing): no chooser made
+  // the length that n floats run with now (a held call's: the long one while choosing); no
+  // chooser made
   std::size_t segment_now(std::size_t n) const {
     const auto it = segments.find(std::bit_width(n));
-    const std::size_t len =
-        it == segments.end() || it->second.pick() == 0 ? SegmentChooser::kLong : it->second.pick();
-    return std::min(n, len);
+    return std::min(n, it == segments.end() ? SegmentChooser::kLong : it->second.next(true));
   }
 };
 
@@ -550,9 +549,12 @@ void StoreChooser::agree(double cached, double streaming, bool try_ended, std::u
 void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
   const Comm row(g.row), col(g.col);
   WindowPool::Window& win = *g.window;
-  const auto start = std::chrono::steady_clock::now();
   SegmentChooser* const lengths = win.segment_chooser(n);
   const std::size_t len = lengths != nullptr ? lengths->next(hold_tries_) : SegmentChooser::kLong;
+  // a call the segment chooser learns from (not a held one, nor after the pick)
+  const bool choosing = lengths != nullptr && !hold_tries_ && lengths->pick() == 0;
+  const auto start =
+      choosing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const std::size_t want = std::min(n, len);
   const bool grown = win.win_floats < want;
   if (grown) { // every row rank asks for the same size: a collective regrowth
@@ -666,7 +668,7 @@ void Allreducer::shm_two_level(float* buf, std::size_t n, Groups& g) {
   // window grew, nor a held one). Every rank of the communicator agrees, not only the window's:
   // the column step between nodes exchanges chunks of the segments, so all nodes' windows must
   // pick the same length (they count the same calls, in lockstep, and agree at the same one)
-  if (lengths != nullptr && !grown && !hold_tries_ && lengths->pick() == 0) {
+  if (choosing && !grown) {
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     if (lengths->learn(len, took.count() / static_cast<double>(n))) {
       const auto [mine_long, mine_short] = lengths->medians();
