@@ -7,6 +7,7 @@
 //   mpirun -np P build/pipetrain-bench instances [--instances 6] [--rounds 16]
 //          [--stores adaptive|cached|streaming|KIND,KIND,...] [--windows own|shared]
 //          (all ranks on one node)
+//   mpirun -np P build/pipetrain-bench cma [--calls 30] [--max-bytes 67108864] (one node)
 // allreduce: OSU-style (each call timed alone between barriers; avg/min/max over ranks of each
 // rank's mean) for MPI_Allreduce, every comm.allreduce algorithm, "auto" (measured choice),
 // "model" (auto with comm.autotune = false), MPI_Allreduce again (the run's noise floor) and
@@ -29,11 +30,17 @@
 // window step with each kind of stores against MPI_Allreduce (docs/collectives.md). instances:
 // several instances of hierarchical side by side, each with its own window (the spread between
 // windows, and windows whose ranks store differently) or, with --windows shared, all through one.
+// cma: the window step against a single copy through process_vm_readv (a probe: would reading
+// the other ranks' buffers directly be faster here?) and MPI_Allreduce.
 #include <mpi.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -507,6 +514,172 @@ int bench_window(const Args& a) {
   return 0;
 }
 
+// ---- cma --------------------------------------------------------------------------------------
+
+// A single-copy node all-reduce through Linux cross-memory attach (process_vm_readv), the way
+// Open MPI's shared-memory transport moves large messages: a probe, not a library algorithm.
+// It answers, on the machine at hand, whether reading the other ranks' buffers directly would
+// beat the window step (docs/collectives.md, "Stop 24" proposed it; "Stop 25" measured it).
+// Rank k owns chunk k: piece by piece it reads chunk k of every other rank's buffer into a small
+// scratch and sums the ranks' pieces in rank order (the window step's operands and order) into
+// its own buffer; after a barrier it reads every other chunk out of its owner's buffer into its
+// own; a last barrier keeps each buffer unchanged until all have read it.
+class SingleCopy {
+public:
+  explicit SingleCopy(MPI_Comm comm) : comm_(comm) {
+    PT_MPI(MPI_Comm_rank(comm_, &rank_));
+    PT_MPI(MPI_Comm_size(comm_, &size_));
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); // Yama: let the other ranks read us
+    const int me = static_cast<int>(getpid());
+    pid_.resize(static_cast<std::size_t>(size_));
+    PT_MPI(MPI_Allgather(&me, 1, MPI_INT, pid_.data(), 1, MPI_INT, comm_));
+    addr_.resize(static_cast<std::size_t>(size_));
+    scratch_.resize(kPiece);
+    acc_.resize(kPiece);
+  }
+  // "" when every rank can read every other rank's memory, else the first refusal's reason
+  std::string probe() {
+    const std::uint64_t mine = 0x5049504554524149; // read back by the others
+    std::uint64_t at = reinterpret_cast<std::uintptr_t>(&mine);
+    PT_MPI(MPI_Allgather(&at, 1, MPI_UINT64_T, addr_.data(), 1, MPI_UINT64_T, comm_));
+    int failed = 0;
+    std::string why;
+    for (int r = 0; r < size_ && failed == 0; ++r) {
+      std::uint64_t got = 0;
+      if (r != rank_ && !read(r, &got, addr_[static_cast<std::size_t>(r)], sizeof got)) {
+        why = std::strerror(errno);
+        failed = 1;
+      } else if (r != rank_ && got != mine) {
+        why = "read the wrong bytes";
+        failed = 1;
+      }
+    }
+    int any = 0;
+    PT_MPI(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm_));
+    if (any != 0 && why.empty()) why = "refused on another rank";
+    return any != 0 ? why : std::string();
+  }
+  void sum(float* buf, std::size_t n) {
+    std::uint64_t at = reinterpret_cast<std::uintptr_t>(buf);
+    PT_MPI(MPI_Allgather(&at, 1, MPI_UINT64_T, addr_.data(), 1, MPI_UINT64_T, comm_));
+    const std::size_t b = begin(n, rank_), e = begin(n, rank_ + 1);
+    for (std::size_t o = b; o < e; o += kPiece) {
+      const std::size_t w = std::min(kPiece, e - o);
+      float* dst = buf + o;
+      // rank 0's piece first, then each other rank's added in rank order
+      float* acc = rank_ == 0 ? dst : acc_.data();
+      if (rank_ != 0) fetch(0, acc, o, w);
+      for (int r = 1; r < size_; ++r) {
+        const float* src = r == rank_ ? dst : scratch_.data();
+        if (r != rank_) fetch(r, scratch_.data(), o, w);
+        for (std::size_t i = 0; i < w; ++i) acc[i] += src[i];
+      }
+      if (acc != dst) std::memcpy(dst, acc, w * sizeof(float));
+    }
+    PT_MPI(MPI_Barrier(comm_));
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const std::size_t rb = begin(n, r), re = begin(n, r + 1);
+      fetch(r, buf + rb, rb, re - rb);
+    }
+    PT_MPI(MPI_Barrier(comm_));
+  }
+
+private:
+  static constexpr std::size_t kPiece = std::size_t{1} << 14; // 64 KiB: stays in L1/L2
+  std::size_t begin(std::size_t n, int k) const {
+    return n * static_cast<std::size_t>(k) / static_cast<std::size_t>(size_);
+  }
+  bool read(int r, void* dst, std::uint64_t src, std::size_t bytes) const {
+    iovec local{dst, bytes};
+    iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(src)), bytes};
+    return process_vm_readv(pid_[static_cast<std::size_t>(r)], &local, 1, &remote, 1, 0) ==
+           static_cast<ssize_t>(bytes);
+  }
+  // floats [off, off + w) of rank r's buffer into dst
+  void fetch(int r, float* dst, std::size_t off, std::size_t w) const {
+    const std::uint64_t src = addr_[static_cast<std::size_t>(r)] + off * sizeof(float);
+    if (!read(r, dst, src, w * sizeof(float))) {
+      throw std::runtime_error(std::string("process_vm_readv failed: ") + std::strerror(errno));
+    }
+  }
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  std::vector<int> pid_;
+  std::vector<std::uint64_t> addr_;
+  std::vector<float> scratch_, acc_;
+};
+
+// The window step (hierarchical on one node), the single copy and MPI_Allreduce, interleaved
+// call by call at 256 KiB to --max-bytes (64 MiB): per size the median call (max over ranks)
+// of each, and their ratios. The single copy's first call of each size is checked bit for bit
+// against the window step's result on the same data.
+int bench_cma(const Args& a) {
+  int r = 0, p = 1;
+  MPI_Comm sh = one_node("cma", r, p);
+  SingleCopy single(sh);
+  if (const std::string why = single.probe(); !why.empty()) {
+    if (r == 0) {
+      std::printf("# pipetrain-bench cma: process_vm_readv is refused here (%s): no single copy "
+                  "on this machine (ptrace permission: Yama's ptrace_scope, or a seccomp filter)\n",
+                  why.c_str());
+    }
+    PT_MPI(MPI_Comm_free(&sh));
+    return 0;
+  }
+  const int calls = std::max(3, static_cast<int>(a.num("--calls", 30)));
+  const auto max_floats = static_cast<std::size_t>(a.num("--max-bytes", 64 << 20) / 4);
+  pt::AllreduceOptions opt;
+  opt.algo = pt::AllreduceAlgo::hierarchical;
+  opt.node_size = p;
+  opt.tune = false;
+  pt::Allreducer window(sh, opt);
+  if (r == 0) {
+    std::printf("# pipetrain-bench cma: %d ranks on one node; median call (max over ranks) of %d, "
+                "interleaved; window: hierarchical's shared-window step; single: the single copy "
+                "through process_vm_readv\n%9s %11s %11s %11s %13s %13s %15s\n",
+                p, calls, "bytes", "window_us", "single_us", "mpi_us", "window/mpi", "single/mpi",
+                "single/window");
+  }
+  std::vector<float> buf(std::max<std::size_t>(max_floats, 1)), check;
+  for (std::size_t n = std::size_t{1} << 16; n <= max_floats; n *= 2) {
+    std::array<std::vector<double>, 3> t;
+    for (int c = -1; c < calls; ++c) { // c = -1: untimed, and the exactness check
+      for (int k = 0; k < 3; ++k) {
+        fill_like_gradients(buf.data(), n);
+        PT_MPI(MPI_Barrier(sh));
+        const double t0 = MPI_Wtime();
+        if (k == 0) window.sum(buf.data(), n);
+        if (k == 1) single.sum(buf.data(), n);
+        if (k == 2)
+          PT_MPI(
+              MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, sh));
+        double dt = MPI_Wtime() - t0;
+        PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, sh));
+        if (c >= 0) t[static_cast<std::size_t>(k)].push_back(dt);
+        if (c == -1 && k == 0) check.assign(buf.begin(), buf.begin() + static_cast<long>(n));
+        if (c == -1 && k == 1 && std::memcmp(check.data(), buf.data(), n * sizeof(float)) != 0) {
+          throw std::runtime_error("the single copy's sum differs from the window step's at " +
+                                   human(static_cast<double>(n * 4)));
+        }
+      }
+    }
+    double med[3];
+    for (std::size_t k = 0; k < 3; ++k) {
+      std::sort(t[k].begin(), t[k].end());
+      med[k] = t[k][t[k].size() / 2];
+    }
+    if (r == 0) {
+      std::printf("%9s %11.1f %11.1f %11.1f %13.2f %13.2f %15.2f\n",
+                  human(static_cast<double>(n * 4)).c_str(), med[0] * 1e6, med[1] * 1e6,
+                  med[2] * 1e6, med[0] / med[2], med[1] / med[2], med[1] / med[0]);
+      std::fflush(stdout);
+    }
+  }
+  PT_MPI(MPI_Comm_free(&sh));
+  return 0;
+}
+
 // ---- instances --------------------------------------------------------------------------------
 
 // Several instances of hierarchical on one node, each with its own window, called in turn (a
@@ -878,16 +1051,17 @@ int calibrate(const Args& a) {
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: pipetrain-bench allreduce|simulate|calibrate|window|instances [options]\n"
-               "  mpirun -np P pipetrain-bench allreduce [--min-bytes B] [--max-bytes B] "
-               "[--seconds S] [--ranks-per-node N] [--topology T | --calibration F]\n"
-               "  pipetrain-bench simulate --nodes N [--ranks-per-node G] "
-               "[--topology flat|fat-tree|tianhe | --calibration F]\n"
-               "  mpirun -np P pipetrain-bench calibrate [--out FILE] [--ranks-per-node N]\n"
-               "  mpirun -np P pipetrain-bench window [--samples N]   (one node)\n"
-               "  mpirun -np P pipetrain-bench instances [--instances K] [--rounds R] "
-               "[--stores adaptive|cached|streaming|KIND,KIND,...]   (one node)\n");
+  std::fprintf(
+      stderr, "usage: pipetrain-bench allreduce|simulate|calibrate|window|instances|cma [options]\n"
+              "  mpirun -np P pipetrain-bench allreduce [--min-bytes B] [--max-bytes B] "
+              "[--seconds S] [--ranks-per-node N] [--topology T | --calibration F]\n"
+              "  pipetrain-bench simulate --nodes N [--ranks-per-node G] "
+              "[--topology flat|fat-tree|tianhe | --calibration F]\n"
+              "  mpirun -np P pipetrain-bench calibrate [--out FILE] [--ranks-per-node N]\n"
+              "  mpirun -np P pipetrain-bench window [--samples N]   (one node)\n"
+              "  mpirun -np P pipetrain-bench instances [--instances K] [--rounds R] "
+              "[--stores adaptive|cached|streaming|KIND,KIND,...]   (one node)\n"
+              "  mpirun -np P pipetrain-bench cma [--calls N] [--max-bytes B]   (one node)\n");
   return 2;
 }
 
@@ -900,13 +1074,15 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) a.rest.emplace_back(argv[i]);
   try {
     if (cmd == "simulate") return simulate(a); // a model: no MPI needed
-    if (cmd != "allreduce" && cmd != "calibrate" && cmd != "window" && cmd != "instances") {
+    if (cmd != "allreduce" && cmd != "calibrate" && cmd != "window" && cmd != "instances" &&
+        cmd != "cma") {
       return usage();
     }
     MPI_Init(&argc, &argv);
     const int code = cmd == "allreduce"   ? bench_allreduce(a)
                      : cmd == "window"    ? bench_window(a)
                      : cmd == "instances" ? bench_instances(a)
+                     : cmd == "cma"       ? bench_cma(a)
                                           : calibrate(a);
     MPI_Finalize();
     return code;
