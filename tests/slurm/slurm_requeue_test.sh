@@ -71,16 +71,37 @@ done
 sinfo -h -o %T 2>/dev/null | grep -Eq '^(idle|mixed)' || skip "the Slurm node did not become idle: $(sinfo 2>&1)"
 echo "Slurm is up: $(sinfo -h)"
 
-# about 60 s of training on 2 cores. Slurm checks time limits every 30 s and sends the signal at
-# the first check that finds less than 20 + 30 s left: 10-40 s into each start of a 1-minute
-# job, so every start trains for 10 s at least. With @50, every check found less than 80 s left,
-# and a requeued job started just before a check was signalled after one step, again and again
-# (five starts, 270 s, in two CI runs of stop 17).
-deck=(inputs/tiny.toml parallel.pp=1 "data.path=$data" train.steps=450 train.warmup_steps=20
-      data.val_path='""' data.val_every=0 log.every=100)
-echo "== uninterrupted run"
-tools/mpi-launch 2 "$exe" "${deck[@]}" "log.dir=$work/straight" >"$work/straight.out" 2>&1 ||
-  fail "the uninterrupted run failed: $(tail -5 "$work/straight.out")"
+# About 60 s of training. Slurm checks time limits every 30 s and sends the signal at the first
+# check that finds less than 20 + 30 s left: 10-40 s into each start of a 1-minute job, so every
+# start trains for 10 s at least. With @50, every check found less than 80 s left, and a requeued
+# job started just before a check was signalled after one step, again and again (five starts,
+# 270 s, in two CI runs of stop 17). 450 steps took about 60 s on the Zen 3 VM of stop 17 and
+# 20 s on stop 25's Zen 5 VM, where the job then ended before any signal: so when the
+# uninterrupted run is shorter than 50 s, the steps are scaled to about 65 s of it and it runs
+# again with them (the job must train as many steps as the run it is compared with).
+steps=450
+deck() {
+  deck=(inputs/tiny.toml parallel.pp=1 "data.path=$data" train.steps=$steps
+        train.warmup_steps=20 data.val_path='""' data.val_every=0 log.every=100)
+}
+straight() {
+  deck
+  echo "== uninterrupted run, $steps steps"
+  local t0 t1
+  t0=$(date +%s.%N)
+  rm -rf "$work/straight"
+  tools/mpi-launch 2 "$exe" "${deck[@]}" "log.dir=$work/straight" >"$work/straight.out" 2>&1 ||
+    fail "the uninterrupted run failed: $(tail -5 "$work/straight.out")"
+  t1=$(date +%s.%N)
+  took=$(python3 -c "print(round($t1 - $t0, 1))")
+  echo "   took $took s"
+}
+straight
+scaled=$(python3 -c "print(0 if $took >= 50 else int($steps * 65 / max($took, 1.0)))")
+if [[ $scaled -gt 0 ]]; then
+  steps=$((scaled < 5000 ? scaled : 5000))
+  straight
+fi
 want=$(grep -o 'final loss [0-9.]*' "$work/straight.out")
 
 echo "== sbatch jobscripts/slurm/cpu.sbatch, --time=1 --signal=USR1@20"
@@ -103,7 +124,7 @@ grep -q 'requeueing' "$work/job.out" || fail "the job did not requeue itself"
 grep -q '^resumed from' "$work/job.out" || fail "the requeued job did not resume from a checkpoint"
 got=$(grep -o 'final loss [0-9.]*' "$work/job.out" | tail -1)
 # the last step's loss as logged, all digits
-last() { grep -o '"step": 450, "loss": [0-9.]*' "$1/metrics.jsonl" | tail -1; }
+last() { grep -o "\"step\": $steps, \"loss\": [0-9.]*" "$1/metrics.jsonl" | tail -1; }
 [[ -n "$(last "$work/slurm")" && "$(last "$work/slurm")" == "$(last "$work/straight")" ]] ||
   fail "final loss differs: Slurm $(last "$work/slurm"), uninterrupted $(last "$work/straight")"
 echo "signal -> checkpoint -> requeue -> resume -> $got, as uninterrupted ($want)"
