@@ -81,7 +81,7 @@ echo "Slurm is up: $(sinfo -h)"
 # again with them (the job must train as many steps as the run it is compared with).
 steps=450
 deck() {
-  deck=(inputs/tiny.toml parallel.pp=1 "data.path=$data" train.steps=$steps
+  deck=(inputs/tiny.toml parallel.pp=1 "data.path=$data" "train.steps=$steps"
         train.warmup_steps=20 data.val_path='""' data.val_every=0 log.every=100)
 }
 straight() {
