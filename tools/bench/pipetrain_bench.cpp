@@ -831,10 +831,11 @@ int simulate(const Args& a) {
   const double min_bytes = std::max(4.0, a.num("--min-bytes", 8));
   const double max_bytes = a.num("--max-bytes", 256.0 * 1048576);
   std::printf("# modelled all-reduce time (us), %d nodes x %d ranks = %d ranks, topology %s\n"
-              "# inter-node: alpha %.2f us, %.2f GB/s; intra-node: alpha %.2f us, %.2f GB/s; "
-              "gamma %.3f ns/B\n",
+              "# inter-node: alpha %.2f us, %.2f GB/s; intra-node: alpha %.2f us, %.2f GB/s, "
+              "window copy %.2f GB/s; gamma %.3f ns/B\n",
               nodes, g, p, topo.name.c_str(), topo.inter.alpha * 1e6, 1e-9 / topo.inter.beta,
-              topo.intra.alpha * 1e6, 1e-9 / topo.intra.beta, topo.intra.gamma * 1e9);
+              topo.intra.alpha * 1e6, 1e-9 / topo.intra.beta, 1e-9 / topo.intra.copy,
+              topo.intra.gamma * 1e9);
   std::printf("%10s", "bytes");
   for (pt::AllreduceAlgo al : pt::modelled_algorithms()) {
     std::printf(" %12.12s", pt::algorithm_name(al));
