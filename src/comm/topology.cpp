@@ -18,8 +18,8 @@ namespace {
 // A byte copied into or out of a shared window costs half a byte of a shared-memory message:
 // the transport copies a message twice (into its buffer and out) or once from the kernel with
 // its pages pinned per call, the window once in user space. Priced alike until stop 25, the
-// window step never beat a ring on one node in the model, while it ran 1.1-3x faster than ring
-// from 8 KiB on all three VMs measured (docs/collectives.md, "Stop 25").
+// window step never beat a ring on one node in the model, while it ran up to 3x faster than ring
+// at most sizes from 8 KiB on all three VMs measured (docs/collectives.md, "Stop 25").
 const LinkCost kSharedMemory{0.4e-6, 1.0 / 10e9, 1.0 / 4e9, 1.0 / 20e9, {}, {}, {}, {}};
 const LinkCost kInfiniBandHdr{1.5e-6, 1.0 / 23e9, 1.0 / 4e9, 1.0 / 10e9, {}, {}, {}, {}};
 const LinkCost kTianhe2A{1.0e-6, 8.0 / 14e9, 1.0 / 4e9, 1.0 / 10e9, {}, {}, {}, {}};
