@@ -344,11 +344,15 @@ struct WindowPool::Window {
   SegmentChooser* segment_chooser(std::size_t n) {
     return n > SegmentChooser::kShort ? &segments[std::bit_width(n)] : nullptr;
   }
-  // the length that n floats run with now (a held call's: the long one while choosing); no
-  // chooser made
-  std::size_t segment_now(std::size_t n) const {
+  // the chooser of n floats' class if a message of it has come; none made
+  const SegmentChooser* segment_chooser_seen(std::size_t n) const {
     const auto it = segments.find(std::bit_width(n));
-    return std::min(n, it == segments.end() ? SegmentChooser::kLong : it->second.next(true));
+    return it == segments.end() ? nullptr : &it->second;
+  }
+  // the length that n floats run with now (a held call's: the long one while choosing)
+  std::size_t segment_now(std::size_t n) const {
+    const SegmentChooser* c = segment_chooser_seen(n);
+    return std::min(n, c == nullptr ? SegmentChooser::kLong : c->next(true));
   }
 };
 
@@ -941,8 +945,8 @@ std::optional<StoreChooser> Allreducer::window_stores_of(std::size_t n) const {
 std::optional<std::size_t> Allreducer::window_segment_of(std::size_t n) const {
   const Groups* g = window_group();
   if (g == nullptr || n <= SegmentChooser::kShort) return std::nullopt;
-  const auto it = g->window->segments.find(std::bit_width(n));
-  return it == g->window->segments.end() ? 0 : it->second.pick();
+  const SegmentChooser* c = g->window->segment_chooser_seen(n);
+  return c == nullptr ? 0 : c->pick();
 }
 
 WindowStepTimes Allreducer::window_step_times() const {

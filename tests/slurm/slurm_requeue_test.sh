@@ -80,12 +80,9 @@ echo "Slurm is up: $(sinfo -h)"
 # uninterrupted run is shorter than 50 s, the steps are scaled to about 65 s of it and it runs
 # again with them (the job must train as many steps as the run it is compared with).
 steps=450
-deck() {
+straight() { # sets deck (the job's too) and took
   deck=(inputs/tiny.toml parallel.pp=1 "data.path=$data" "train.steps=$steps"
         train.warmup_steps=20 data.val_path='""' data.val_every=0 log.every=100)
-}
-straight() {
-  deck
   echo "== uninterrupted run, $steps steps"
   local t0 t1
   t0=$(date +%s.%N)

@@ -545,14 +545,14 @@ public:
     int failed = 0;
     std::string why;
     for (int r = 0; r < size_ && failed == 0; ++r) {
+      if (r == rank_) continue;
       std::uint64_t got = 0;
-      if (r != rank_ && !read(r, &got, addr_[static_cast<std::size_t>(r)], sizeof got)) {
+      if (!read(r, &got, addr_[static_cast<std::size_t>(r)], sizeof got)) {
         why = std::strerror(errno);
-        failed = 1;
-      } else if (r != rank_ && got != mine) {
+      } else if (got != mine) {
         why = "read the wrong bytes";
-        failed = 1;
       }
+      failed = why.empty() ? 0 : 1;
     }
     int any = 0;
     PT_MPI(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm_));
