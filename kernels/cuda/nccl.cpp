@@ -92,6 +92,84 @@ void NcclComm::wait() {
   check(cudaStreamSynchronize(impl_->stream()), "a queued NCCL reduction");
 }
 
+struct NcclLink::Impl {
+  ncclComm_t comm = nullptr;
+  bool sender = false;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ready = nullptr;       // the backend's stream reached a send's data
+  std::vector<cudaEvent_t> finished; // per message of this round: its transfer is over
+  int queued = 0;
+  int peer() const { return sender ? 1 : 0; }
+  int next_event() {
+    if (queued == static_cast<int>(finished.size())) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      finished.push_back(e);
+    }
+    return queued++;
+  }
+};
+
+NcclLink::NcclLink(const NcclId& id, bool sender) : impl_(std::make_unique<Impl>()) {
+  impl_->sender = sender;
+  ncclUniqueId nid;
+  std::memcpy(&nid, id.data(), sizeof nid);
+  check(ncclCommInitRank(&impl_->comm, 2, nid, sender ? 0 : 1), "ncclCommInitRank");
+  check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaEventCreateWithFlags(&impl_->ready, cudaEventDisableTiming), "cudaEventCreate");
+  // NCCL connects a pair lazily, at its first transfer; do it now, while both ends are here
+  float* one = nullptr;
+  check(cudaMalloc(&one, sizeof(float)), "cudaMalloc");
+  check(cudaMemsetAsync(one, 0, sizeof(float), impl_->stream), "cudaMemset");
+  if (sender) {
+    check(ncclSend(one, 1, ncclFloat32, impl_->peer(), impl_->comm, impl_->stream), "ncclSend");
+  } else {
+    check(ncclRecv(one, 1, ncclFloat32, impl_->peer(), impl_->comm, impl_->stream), "ncclRecv");
+  }
+  check(cudaStreamSynchronize(impl_->stream), "the first NCCL transfer of a pipeline link");
+  check(cudaFree(one), "cudaFree");
+}
+
+NcclLink::~NcclLink() {
+  if (impl_->stream != nullptr) cudaStreamSynchronize(impl_->stream);
+  for (cudaEvent_t e : impl_->finished) cudaEventDestroy(e);
+  if (impl_->ready != nullptr) cudaEventDestroy(impl_->ready);
+  if (impl_->stream != nullptr) cudaStreamDestroy(impl_->stream);
+  if (impl_->comm != nullptr) ncclCommDestroy(impl_->comm);
+}
+
+int NcclLink::send(const float* x, std::size_t n) {
+  Impl& l = *impl_;
+  check(cudaEventRecord(l.ready, static_cast<cudaStream_t>(cuda_ops::stream())), "cudaEventRecord");
+  check(cudaStreamWaitEvent(l.stream, l.ready, 0), "cudaStreamWaitEvent");
+  check(ncclSend(x, n, ncclFloat32, l.peer(), l.comm, l.stream), "ncclSend");
+  const int k = l.next_event();
+  check(cudaEventRecord(l.finished[static_cast<std::size_t>(k)], l.stream), "cudaEventRecord");
+  return k;
+}
+
+int NcclLink::recv(float* x, std::size_t n) {
+  Impl& l = *impl_;
+  check(ncclRecv(x, n, ncclFloat32, l.peer(), l.comm, l.stream), "ncclRecv");
+  const int k = l.next_event();
+  check(cudaEventRecord(l.finished[static_cast<std::size_t>(k)], l.stream), "cudaEventRecord");
+  return k;
+}
+
+bool NcclLink::done(int k) {
+  const cudaError_t r = cudaEventQuery(impl_->finished.at(static_cast<std::size_t>(k)));
+  if (r == cudaSuccess) return true;
+  if (r != cudaErrorNotReady) check(r, "a pipeline message's NCCL transfer");
+  ncclResult_t async = ncclSuccess;
+  check(ncclCommGetAsyncError(impl_->comm, &async), "ncclCommGetAsyncError");
+  check(async, "a pipeline link's NCCL communicator");
+  return false;
+}
+
+void NcclLink::restart() {
+  impl_->queued = 0;
+}
+
 #else
 
 namespace {
@@ -118,6 +196,25 @@ NcclComm::~NcclComm() = default;
 void NcclComm::sum(float*, std::size_t) {}
 void NcclComm::max(float*, std::size_t) {}
 void NcclComm::wait() {}
+
+struct NcclLink::Impl {};
+
+NcclLink::NcclLink(const NcclId&, bool) {
+  throw std::runtime_error(kNoNccl);
+}
+
+NcclLink::~NcclLink() = default;
+
+int NcclLink::send(const float*, std::size_t) {
+  return 0;
+}
+int NcclLink::recv(float*, std::size_t) {
+  return 0;
+}
+bool NcclLink::done(int) {
+  return true;
+}
+void NcclLink::restart() {}
 
 #endif
 

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 namespace pt::cuda {
 
@@ -35,6 +36,36 @@ public:
   void max(float* x, std::size_t n);
   // The host waits until every reduction queued so far has finished.
   void wait();
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One direction of pipeline messages between two ranks (comm.gpu_p2p = "nccl", docs/cuda.md):
+// a two-rank NCCL communicator on a stream of its own, the sender its rank 0. NCCL's sends and
+// receives carry no tags: a link delivers its messages in the order they were queued, so both
+// ends queue them in the same order (schedule::channels). Messages are numbered from 0 after
+// each restart(); each has an event that done() asks about, so the host never blocks on one.
+class NcclLink {
+public:
+  // Collective over the two ranks passing the same id, each on the GPU its CUDA backend started.
+  // Also moves one float across, so NCCL's connection exists before the first step.
+  NcclLink(const NcclId& id, bool sender);
+  ~NcclLink();
+  NcclLink(const NcclLink&) = delete;
+  NcclLink& operator=(const NcclLink&) = delete;
+
+  // Queues the sending of x[0, n) (device or managed memory) after the ops queued on the
+  // backend's stream so far. Returns the message's number.
+  int send(const float* x, std::size_t n);
+  // Queues the receiving of the next message into x[0, n). Returns its number.
+  int recv(float* x, std::size_t n);
+  // Whether message k has arrived (receiver) or left x (sender). Throws std::runtime_error
+  // naming NCCL's error when the communicator has failed (a peer died).
+  bool done(int k);
+  // Numbers start from 0 again; every message queued so far must be done.
+  void restart();
 
 private:
   struct Impl;

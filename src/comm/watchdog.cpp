@@ -8,18 +8,26 @@
 namespace pt {
 
 double Watchdog::wait(MPI_Request& req, const std::string& what) const {
-  const double t0 = MPI_Wtime();
   if (timeout_s_ <= 0.0) {
+    const double t0 = MPI_Wtime();
     PT_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE));
     return MPI_Wtime() - t0;
   }
-  int done = 0;
+  return wait_until(
+      [&req] {
+        int done = 0;
+        PT_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        return done != 0;
+      },
+      what);
+}
+
+double Watchdog::wait_until(const std::function<bool()>& done, const std::string& what) const {
+  const double t0 = MPI_Wtime();
   long polls = 0;
-  while (true) {
-    PT_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) break;
+  while (!done()) {
     const double waited = MPI_Wtime() - t0;
-    if (waited > timeout_s_) {
+    if (timeout_s_ > 0.0 && waited > timeout_s_) {
       std::fprintf(stderr,
                    "pipetrain: error: rank %d waited %.1f s (runtime.hang_timeout_s = %g) for %s; "
                    "aborting the job.\n---> HINT: the peer may have died or be stuck; its own "

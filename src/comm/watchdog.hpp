@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 
 namespace pt {
@@ -17,6 +18,10 @@ public:
   // Waits for req; `what` describes the wait ("RECV_ACT(mb 3, chunk 0) from pipeline rank 1").
   // Returns the seconds spent waiting.
   double wait(MPI_Request& req, const std::string& what) const;
+
+  // Polls done() until it returns true, under the same timeout: for waits that are not MPI
+  // requests (an NCCL transfer's CUDA event). Returns the seconds spent waiting.
+  double wait_until(const std::function<bool()>& done, const std::string& what) const;
 
   // MPI_Allreduce (in place, sum) under the watchdog.
   double allreduce_sum(void* buf, int count, MPI_Datatype type, MPI_Comm comm,

@@ -30,7 +30,7 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
       {"checkpoint", {"dir", "every", "keep", "resume"}},
       {"comm",
        {"allreduce", "autotune", "topology", "calibration", "bucket_mb", "overlap",
-        "ranks_per_node", "gpu_collectives"}},
+        "ranks_per_node", "gpu_collectives", "gpu_p2p"}},
       {"device", {"kind", "precision", "blas_threads"}},
       {"log", {"every", "dir", "trace", "op_profile"}},
       {"runtime", {"hang_timeout_s", "deterministic", "exit_after_steps"}},
@@ -396,6 +396,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
                c.comm.allreduce + "\"; use comm.overlap = \"thread\" for that algorithm");
   }
   c.comm.gpu_collectives = r.get_string("comm", "gpu_collectives", "auto", {"auto", "nccl", "mpi"});
+  c.comm.gpu_p2p = r.get_string("comm", "gpu_p2p", "mpi", {"mpi", "nccl"});
   c.comm.bucket_mb = r.get_double("comm", "bucket_mb", 25.0, 0.0, 65536.0);
   c.comm.ranks_per_node = static_cast<int>(r.get_int("comm", "ranks_per_node", 0, 0, 1 << 20));
 
@@ -481,6 +482,11 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
     r.fail("comm", "gpu_collectives",
            "= \"nccl\" needs device.kind = \"cuda\": NCCL reduces GPU memory, and the host "
            "backend's reductions are comm.allreduce's; remove the key or use device.kind=\"cuda\"");
+  }
+  if (c.device.kind == "host" && c.comm.gpu_p2p == "nccl") {
+    r.fail("comm", "gpu_p2p",
+           "= \"nccl\" needs device.kind = \"cuda\": NCCL moves GPU memory between stages, and "
+           "the host backend's stages talk MPI; remove the key or use device.kind=\"cuda\"");
   }
   if (c.device.kind == "host" && c.device.precision != "fp32") {
     r.fail("device", "precision",

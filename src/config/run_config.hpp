@@ -70,6 +70,10 @@ struct CommConfig {
   // device.kind = "cuda": the dp/tp reductions through NCCL on device memory, or through MPI on
   // host copies; auto: NCCL where the build has it and no two ranks share a GPU
   std::string gpu_collectives = "auto"; // auto | nccl | mpi
+  // device.kind = "cuda": the pipeline's activations and gradients between stages through NCCL
+  // send/receive on device memory, or through MPI on host copies (the default: the NCCL path
+  // has not yet run on two GPUs; docs/cuda.md)
+  std::string gpu_p2p = "mpi"; // mpi | nccl
 };
 
 struct DeviceConfig {

@@ -1,5 +1,6 @@
 #include "engine/pipeline.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,32 +14,70 @@ using schedule::Op;
 PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
                                const schedule::Schedule& sched,
                                std::vector<std::unique_ptr<GptStage>>& chunks,
-                               const Watchdog& watchdog)
+                               const Watchdog& watchdog,
+                               std::vector<std::unique_ptr<cuda::NcclLink>> links)
     : cfg_(cfg), layout_(layout), sched_(sched), chunks_(chunks), watchdog_(watchdog),
       actions_(sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), p_(sched.p), v_(sched.v),
-      me_(layout.coords().pp), N_(cfg.train.micro_batch * cfg.model.seq_len),
-      C_(cfg.model.d_model) {
+      me_(layout.coords().pp), N_(cfg.train.micro_batch * cfg.model.seq_len), C_(cfg.model.d_model),
+      links_(std::move(links)) {
   loss_scale_ = 1.0f / (static_cast<float>(N_) * sched.m * layout.dp());
   slots_.resize(static_cast<std::size_t>(v_));
   free_.resize(static_cast<std::size_t>(v_));
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
   // MPI moves messages between host buffers. With a GPU backend every message is staged: a
   // received gradient is copied into backend memory (it stays referenced until the
-  // micro-batch's backward-weight), an activation is copied out before it is sent.
+  // micro-batch's backward-weight), an activation is copied out before it is sent. NCCL links
+  // move backend memory itself.
   const Backend& be = chunks_.front()->backend();
   staged_ = !be.on_host();
+  for (const auto& l : links_) nccl_ = nccl_ || l != nullptr;
   const Memory mem{be.alloc, be.release};
+  const Memory msg_mem = nccl_ ? mem : Memory{};
+  const bool copies = staged_ && !nccl_;
   for (const Action& a : actions_) {
     if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
-      recv_buf_.emplace(std::make_tuple(a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk),
-                        FloatBuffer(NC));
-      if (staged_ && a.op == Op::RECV_GRAD)
+      recv_buf_.emplace(MsgKey{a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk},
+                        FloatBuffer(NC, msg_mem));
+      if (copies && a.op == Op::RECV_GRAD)
         grad_dev_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC, mem));
     } else if (a.op == Op::SEND_GRAD) {
-      grad_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC));
-    } else if (a.op == Op::SEND_ACT && staged_) {
+      grad_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC, msg_mem));
+    } else if (a.op == Op::SEND_ACT && copies) {
       act_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC));
     }
+  }
+  if (nccl_) { // which link carries each message, and the order each link delivers in
+    const std::vector<schedule::Channel> channels = schedule::channels(sched);
+    for (std::size_t i = 0; i < channels.size(); ++i) {
+      const schedule::Channel& c = channels[i];
+      if (c.from == me_) nccl_send_link_[{c.grad ? 1 : 0, c.to}] = i;
+      if (c.to != me_) continue;
+      for (std::size_t k = 0; k < c.messages.size(); ++k) {
+        const MsgKey key{c.grad ? 1 : 0, c.messages[k].mb, c.messages[k].chunk};
+        nccl_receives_.emplace_back(i, key);
+        nccl_recv_at_[key] = {i, static_cast<int>(k)};
+      }
+    }
+  }
+  // Every activation slot (and stash) the list needs at its peak is made now, not at its first
+  // use: allocating memory on a GPU may wait for the other streams, where NCCL receives are
+  // queued that only a peer's sends complete.
+  std::vector<int> live(static_cast<std::size_t>(v_), 0), peak(live), split(live);
+  for (const Action& a : actions_) {
+    const auto c = static_cast<std::size_t>(a.chunk);
+    if (a.op == Op::F) peak[c] = std::max(peak[c], ++live[c]);
+    if (a.op == Op::B || a.op == Op::BW) --live[c];
+    if (a.op == Op::BI) split[c] = 1;
+  }
+  for (int c = 0; c < v_; ++c) {
+    for (int i = 0; i < peak[static_cast<std::size_t>(c)]; ++i) {
+      Slot& s = acquire(c, -1 - i);
+      if (split[static_cast<std::size_t>(c)] != 0) {
+        s.stash = chunks_[static_cast<std::size_t>(c)]->make_stash();
+        s.has_stash = true;
+      }
+    }
+    for (int i = 0; i < peak[static_cast<std::size_t>(c)]; ++i) release(c, -1 - i);
   }
   if (staged_) eval_buf_ = FloatBuffer(NC);
   // tags must fit the MPI implementation's upper bound
@@ -101,13 +140,34 @@ void PipelineEngine::release(int chunk, int mb) {
 }
 
 float* PipelineEngine::recv_buffer(int dir, int mb, int chunk) {
-  return recv_buf_.at(std::make_tuple(dir, mb, chunk)).data();
+  return recv_buf_.at(MsgKey{dir, mb, chunk}).data();
+}
+
+double PipelineEngine::wait(Pending& m, const std::string& what) {
+  if (m.k < 0) return watchdog_.wait(m.req, what);
+  cuda::NcclLink& link = *links_[m.link];
+  const int k = m.k;
+  return watchdog_.wait_until([&link, k] { return link.done(k); }, what);
+}
+
+PipelineEngine::Pending PipelineEngine::start_send(const float* x, int dir, int mb, int chunk,
+                                                   int peer) {
+  Pending m;
+  const int NC = N_ * C_;
+  if (nccl_) {
+    m.link = nccl_send_link_.at({dir, peer});
+    m.k = links_[m.link]->send(x, static_cast<std::size_t>(NC));
+  } else {
+    PT_MPI(MPI_Isend(x, NC, MPI_FLOAT, peer, tag(dir, mb, sched_.stage_of(me_, chunk)),
+                     layout_.pp_comm(), &m.req));
+  }
+  return m;
 }
 
 const float* PipelineEngine::received_grad(GptStage& stage, int mb, int chunk) {
   if (stage.spec().last) return nullptr;
   const float* host = recv_buffer(1, mb, chunk);
-  if (!staged_) return host;
+  if (!staged_ || nccl_) return host; // host memory that the stage reads, or backend memory
   float* dev = grad_dev_.at(Key{mb, chunk}).data();
   stage.backend().copy(dev, host, static_cast<std::size_t>(N_) * C_ * sizeof(float));
   return dev;
@@ -125,7 +185,6 @@ const float* PipelineEngine::stage_output(const StageActivations& a) const {
 }
 
 double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
-  MPI_Comm comm = layout_.pp_comm();
   const int NC = N_ * C_;
   const int B = cfg_.train.micro_batch;
   const int m = sched_.m;
@@ -133,18 +192,30 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
   const double t_start = MPI_Wtime();
 
   // every receive of the step is posted before any action runs
-  std::map<std::tuple<int, int, int>, MPI_Request> recv_req;
-  for (const Action& a : actions_) {
-    if (a.op != Op::RECV_ACT && a.op != Op::RECV_GRAD) continue;
-    const int dir = a.op == Op::RECV_ACT ? 0 : 1;
-    const int st = sched_.stage_of(me_, a.chunk);
-    MPI_Request req;
-    PT_MPI(MPI_Irecv(recv_buffer(dir, a.mb, a.chunk), NC, MPI_FLOAT, a.peer,
-                     tag(dir, a.mb, dir == 0 ? st - 1 : st + 1), comm, &req));
-    recv_req[{dir, a.mb, a.chunk}] = req;
+  std::map<MsgKey, Pending> recv_req;
+  if (nccl_) { // each link's in the order its sender sends them
+    for (auto& l : links_) {
+      if (l != nullptr) l->restart();
+    }
+    for (const auto& [link, key] : nccl_receives_) {
+      Pending p;
+      p.link = link;
+      p.k = links_[link]->recv(recv_buf_.at(key).data(), static_cast<std::size_t>(NC));
+      recv_req[key] = p;
+    }
+  } else {
+    for (const Action& a : actions_) {
+      if (a.op != Op::RECV_ACT && a.op != Op::RECV_GRAD) continue;
+      const int dir = a.op == Op::RECV_ACT ? 0 : 1;
+      const int st = sched_.stage_of(me_, a.chunk);
+      Pending p;
+      PT_MPI(MPI_Irecv(recv_buffer(dir, a.mb, a.chunk), NC, MPI_FLOAT, a.peer,
+                       tag(dir, a.mb, dir == 0 ? st - 1 : st + 1), layout_.pp_comm(), &p.req));
+      recv_req[{dir, a.mb, a.chunk}] = p;
+    }
   }
-  std::map<Key, MPI_Request> act_send_req;
-  std::vector<MPI_Request> grad_send_req;
+  std::map<Key, Pending> act_send_req;
+  std::vector<Pending> grad_send_req;
   double loss_sum = 0.0;
   bool dropped = false;
 
@@ -163,15 +234,14 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
   auto wait_act_send = [&](int mb, int chunk) {
     auto it = act_send_req.find({mb, chunk});
     if (it == act_send_req.end()) return;
-    t.wait_s += watchdog_.wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) +
-                                               ", chunk " + std::to_string(chunk) + ")");
+    t.wait_s += wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) + ", chunk " +
+                                     std::to_string(chunk) + ")");
     act_send_req.erase(it);
   };
 
   for (std::size_t ai = 0; ai < actions_.size(); ++ai) {
     const Action& a = actions_[ai];
     GptStage& stage = *chunks_[static_cast<std::size_t>(a.chunk)];
-    const int st = sched_.stage_of(me_, a.chunk);
     GradSync* sync = a.chunk < static_cast<int>(sync_.size())
                          ? sync_[static_cast<std::size_t>(a.chunk)]
                          : nullptr;
@@ -182,8 +252,8 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
     switch (a.op) {
     case Op::RECV_ACT:
     case Op::RECV_GRAD:
-      t.wait_s += watchdog_.wait(recv_req.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
-                                 describe_wait(a));
+      t.wait_s +=
+          wait(recv_req.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}), describe_wait(a));
       break;
     case Op::F: {
       Slot& s = acquire(a.chunk, a.mb);
@@ -205,11 +275,9 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
         dropped = true;
         break;
       }
-      MPI_Request req;
       const float* out = stage_output(live_.at({a.mb, a.chunk})->acts);
-      if (staged_) out = sendable(stage, out, act_send_buf_.at({a.mb, a.chunk}));
-      PT_MPI(MPI_Isend(out, NC, MPI_FLOAT, a.peer, tag(0, a.mb, st), comm, &req));
-      act_send_req[{a.mb, a.chunk}] = req;
+      if (staged_ && !nccl_) out = sendable(stage, out, act_send_buf_.at({a.mb, a.chunk}));
+      act_send_req[{a.mb, a.chunk}] = start_send(out, 0, a.mb, a.chunk, a.peer);
       break;
     }
     case Op::B: {
@@ -235,7 +303,7 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
         if (!stage.spec().first) {
           stage.backend().copy(grad_send_buf_.at({a.mb, a.chunk}).data(), s.stash.d_input.data(),
                                static_cast<std::size_t>(NC) * sizeof(float));
-          stage.backend().synchronize(); // SEND_GRAD reads it from the host side
+          stage.backend().synchronize(); // SEND_GRAD reads it (from the host side, with MPI)
         }
       });
       break;
@@ -247,13 +315,10 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
       release(a.chunk, a.mb);
       break;
     }
-    case Op::SEND_GRAD: {
-      MPI_Request req;
-      PT_MPI(MPI_Isend(grad_send_buf_.at({a.mb, a.chunk}).data(), NC, MPI_FLOAT, a.peer,
-                       tag(1, a.mb, st), comm, &req));
-      grad_send_req.push_back(req);
+    case Op::SEND_GRAD:
+      grad_send_req.push_back(
+          start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1, a.mb, a.chunk, a.peer));
       break;
-    }
     }
     if (hook) stage.set_weight_grad_hook({});
     for (GradSync* g : sync_) {
@@ -261,9 +326,9 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
     }
   }
   for (auto& [k, req] : act_send_req) {
-    t.wait_s += watchdog_.wait(req, "completion of SEND_ACT(mb " + std::to_string(k.first) + ")");
+    t.wait_s += wait(req, "completion of SEND_ACT(mb " + std::to_string(k.first) + ")");
   }
-  for (auto& req : grad_send_req) t.wait_s += watchdog_.wait(req, "completion of SEND_GRAD");
+  for (auto& req : grad_send_req) t.wait_s += wait(req, "completion of SEND_GRAD");
   t.pipeline_s = MPI_Wtime() - t_start;
   return loss_sum;
 }

@@ -1,16 +1,21 @@
 // Executes one pipeline rank's action list (DESIGN.md section 6). The engine has no schedule
 // logic: it posts every receive of the step first, runs the actions in order (sends are
 // non-blocking), keeps activations only between a micro-batch's F and its B (or BW), and times
-// compute and waits for the measured bubble.
+// compute and waits for the measured bubble. Messages go through MPI (host memory; staged
+// through host copies for a GPU backend) or, with comm.gpu_p2p = "nccl", through NCCL links on
+// device memory (docs/cuda.md).
 #pragma once
 
 #include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "comm/watchdog.hpp"
 #include "config/run_config.hpp"
+#include "cuda/nccl.hpp"
 #include "data/sampler.hpp"
 #include "engine/grad_sync.hpp"
 #include "model/gpt_stage.hpp"
@@ -30,9 +35,12 @@ struct StepTimes {
 
 class PipelineEngine {
 public:
-  // chunks[c] is this rank's model chunk c (virtual stage c*p + pp rank).
+  // chunks[c] is this rank's model chunk c (virtual stage c*p + pp rank). links: empty (MPI),
+  // or one entry per channel of schedule::channels(sched), the NCCL link of each channel this
+  // rank sends or receives on (null for the others).
   PipelineEngine(const RunConfig& cfg, const Layout& layout, const schedule::Schedule& sched,
-                 std::vector<std::unique_ptr<GptStage>>& chunks, const Watchdog& watchdog);
+                 std::vector<std::unique_ptr<GptStage>>& chunks, const Watchdog& watchdog,
+                 std::vector<std::unique_ptr<cuda::NcclLink>> links = {});
 
   // Runs the step's action list. Returns the sum of the micro-batch mean losses this rank
   // computed (the last virtual stage's rank; 0 elsewhere). Gradients accumulate into the chunks.
@@ -55,9 +63,19 @@ private:
     StageStash stash;
     bool has_stash = false;
   };
-  using Key = std::pair<int, int>; // (mb, chunk)
+  using Key = std::pair<int, int>;          // (mb, chunk)
+  using MsgKey = std::tuple<int, int, int>; // (dir 0 activation / 1 gradient, mb, chunk)
+  // A message in flight: an MPI request, or message k of NCCL link `link`.
+  struct Pending {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::size_t link = 0;
+    int k = -1;
+  };
 
   int tag(int dir, int mb, int sender_stage) const;
+  double wait(Pending& m, const std::string& what);
+  // Starts sending x: (dir, mb, chunk) are the sender's; `peer` the receiving pipeline rank.
+  Pending start_send(const float* x, int dir, int mb, int chunk, int peer);
   Slot& acquire(int chunk, int mb);
   void release(int chunk, int mb);
   float* recv_buffer(int dir, int mb, int chunk);
@@ -81,11 +99,18 @@ private:
   std::vector<std::vector<std::unique_ptr<Slot>>> slots_;
   std::vector<std::vector<Slot*>> free_;
   std::map<Key, Slot*> live_;
-  // one buffer per receive and per gradient send of the list (N*C floats each)
-  std::map<std::tuple<int, int, int>, FloatBuffer> recv_buf_; // (dir, mb, chunk)
+  // one buffer per receive and per gradient send of the list (N*C floats each); host memory for
+  // MPI, backend memory for NCCL
+  std::map<MsgKey, FloatBuffer> recv_buf_;
   std::map<Key, FloatBuffer> grad_send_buf_;
   // staged (GPU backend): MPI sees host memory only, whatever the MPI's single-copy mechanism
   bool staged_ = false;
+  // comm.gpu_p2p = "nccl": the step's messages go through these (evaluate() stays MPI)
+  std::vector<std::unique_ptr<cuda::NcclLink>> links_;
+  bool nccl_ = false;
+  std::vector<std::pair<std::size_t, MsgKey>> nccl_receives_;  // (link, buffer) in link order
+  std::map<MsgKey, std::pair<std::size_t, int>> nccl_recv_at_; // buffer -> (link, k)
+  std::map<std::tuple<int, int>, std::size_t> nccl_send_link_; // (dir, peer) -> link
   std::map<Key, FloatBuffer> grad_dev_;     // received gradients in backend memory
   std::map<Key, FloatBuffer> act_send_buf_; // activations copied out for SEND_ACT
   FloatBuffer eval_buf_;                    // evaluate()'s messages

@@ -27,6 +27,7 @@
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
 #include "profile.hpp"
+#include "schedule/schedule.hpp"
 #include "schedule/validate.hpp"
 #include "telemetry/metrics.hpp"
 #include "telemetry/peak.hpp"
@@ -108,14 +109,16 @@ const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
   return *be;
 }
 
-// comm.gpu_collectives: whether the dp/tp reductions of a GPU backend go through NCCL. Empty
-// `why` and true: NCCL; false: host-staged MPI, `why` saying so. NCCL needs a build with it
-// and a GPU of its own for every rank (it refuses two ranks of a communicator on one GPU); an
-// explicit "nccl" that cannot be met is an input error, agreed by all ranks.
-bool use_nccl(const RunConfig& cfg, MPI_Comm world, std::string& why) {
-  const std::string& want = cfg.comm.gpu_collectives;
+// comm.gpu_collectives (dp/tp reductions) or comm.gpu_p2p (pipeline messages), named by `key`,
+// asking for `want` (auto | nccl | mpi): whether a GPU backend's traffic of that kind goes
+// through NCCL. Empty `why` and true: NCCL; false: host-staged MPI, `why` saying so. NCCL
+// needs a build with it and a GPU of its own for every rank (it refuses two ranks of a
+// communicator on one GPU); an explicit "nccl" that cannot be met is an input error, agreed by
+// all ranks.
+bool use_nccl(const std::string& key, const std::string& want, const RunConfig& cfg, MPI_Comm world,
+              std::string& why) {
   if (cfg.device.kind != "cuda" || want == "mpi") {
-    why = want == "mpi" ? "comm.gpu_collectives = \"mpi\"" : "";
+    why = want == "mpi" ? key + " = \"mpi\"" : "device.kind = \"" + cfg.device.kind + "\"";
     return false;
   }
   const int on_node = physical_node(world).second;
@@ -135,9 +138,8 @@ bool use_nccl(const RunConfig& cfg, MPI_Comm world, std::string& why) {
   }
   std::optional<Error> err;
   if (want == "nccl") {
-    err = input_error("comm.gpu_collectives = \"nccl\": " + why +
-                      "; use comm.gpu_collectives=\"mpi\" (host-staged MPI reductions) or one "
-                      "rank per GPU");
+    err = input_error(key + " = \"nccl\": " + why + "; use " + key +
+                      "=\"mpi\" (host-staged MPI) or one rank per GPU");
   }
   agree(world, err);
   return false;
@@ -173,6 +175,52 @@ std::unique_ptr<cuda::NcclComm> make_nccl(MPI_Comm group, bool side_stream, MPI_
   }
   agree(world, err);
   return comm;
+}
+
+// comm.gpu_p2p = "nccl": the NCCL link of every channel of the schedule that starts or ends at
+// this rank (null for the others), in schedule::channels' order. Every rank of the pipeline
+// group walks that one list, so the two ends of each link meet at it together. The sender makes
+// the id; the two ends tell each other whether they can go on, so neither is left alone in
+// ncclCommInitRank once the other has failed. Failures are agreed over `world`.
+std::vector<std::unique_ptr<cuda::NcclLink>> make_nccl_links(const schedule::Schedule& sched,
+                                                             const Layout& layout) {
+  const int me = layout.coords().pp;
+  const std::vector<schedule::Channel> channels = schedule::channels(sched);
+  std::vector<std::unique_ptr<cuda::NcclLink>> links(channels.size());
+  std::optional<Error> err;
+  for (std::size_t i = 0; i < channels.size(); ++i) {
+    const schedule::Channel& c = channels[i];
+    if (c.from != me && c.to != me) continue;
+    const bool sender = c.from == me;
+    const int peer = sender ? c.to : c.from;
+    cuda::NcclId id{};
+    if (sender && !err) {
+      try {
+        id = cuda::nccl_unique_id();
+      } catch (const std::exception& e) {
+        err = input_error(std::string("NCCL: ") + e.what() + "; use comm.gpu_p2p=\"mpi\"");
+      }
+    }
+    int mine = err ? 0 : 1, theirs = 0;
+    PT_MPI(MPI_Sendrecv(&mine, 1, MPI_INT, peer, 0, &theirs, 1, MPI_INT, peer, 0, layout.pp_comm(),
+                        MPI_STATUS_IGNORE));
+    if (mine == 0 || theirs == 0) continue;
+    if (sender) {
+      PT_MPI(MPI_Send(id.data(), static_cast<int>(id.size()), MPI_CHAR, peer, 0, layout.pp_comm()));
+    } else {
+      PT_MPI(MPI_Recv(id.data(), static_cast<int>(id.size()), MPI_CHAR, peer, 0, layout.pp_comm(),
+                      MPI_STATUS_IGNORE));
+    }
+    try {
+      links[i] = std::make_unique<cuda::NcclLink>(id, sender);
+    } catch (const std::exception& e) {
+      err = input_error(std::string("NCCL could not link pipeline ranks ") +
+                        std::to_string(c.from) + " -> " + std::to_string(c.to) + ": " + e.what() +
+                        "; use comm.gpu_p2p=\"mpi\"");
+    }
+  }
+  agree(layout.world(), err);
+  return links;
 }
 
 // The backend of device.kind, wrapped in the op timer when log.op_profile is on.
@@ -451,7 +499,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   const int v = cfg.parallel.virtual_stages;
   const int me = layout.coords().pp;
   std::string staged_why;
-  const bool nccl = use_nccl(cfg, layout.world(), staged_why);
+  const bool nccl =
+      use_nccl("comm.gpu_collectives", cfg.comm.gpu_collectives, cfg, layout.world(), staged_why);
   std::unique_ptr<cuda::NcclComm> tp_nccl; // shared by the chunks: they run one at a time
   if (nccl && layout.tp() > 1) tp_nccl = make_nccl(layout.tp_comm(), false, layout.world());
   std::vector<std::unique_ptr<GptStage>> chunks;
@@ -494,7 +543,12 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   const char* check_env = std::getenv("PIPETRAIN_CHECK_TP_REPLICAS");
   const bool check_tp_replicas = check_env != nullptr && std::string(check_env) == "1";
   int replicas_checked = 0;
-  PipelineEngine engine(cfg, layout, plan.schedule, chunks, watchdog);
+  std::string p2p_why;
+  const bool nccl_p2p =
+      p > 1 && use_nccl("comm.gpu_p2p", cfg.comm.gpu_p2p, cfg, layout.world(), p2p_why);
+  PipelineEngine engine(cfg, layout, plan.schedule, chunks, watchdog,
+                        nccl_p2p ? make_nccl_links(plan.schedule, layout)
+                                 : std::vector<std::unique_ptr<cuda::NcclLink>>{});
   const std::vector<std::unique_ptr<GradSync>> syncs =
       make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
   {
@@ -517,6 +571,11 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       std::printf("  GPU dp/tp reductions: %s\n",
                   nccl ? "NCCL on device memory"
                        : ("MPI on host copies (" + staged_why + ")").c_str());
+    }
+    if (!be.on_host() && p > 1) {
+      std::printf("  GPU pipeline messages: %s\n",
+                  nccl_p2p ? "NCCL send/receive on device memory"
+                           : ("MPI on host copies (" + p2p_why + ")").c_str());
     }
     std::fflush(stdout);
   }

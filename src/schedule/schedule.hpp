@@ -53,6 +53,25 @@ const std::vector<std::string>& schedule_names();
 // v >= 2 and m divisible by p; the others need v = 1).
 Schedule make_schedule(const std::string& name, int p, int m, int v);
 
+// A one-way stream of messages between two pipeline ranks: the activations (or the gradients)
+// that rank `from` sends to rank `to`, in the order `from` sends them. A transport without
+// message tags (NCCL) matches sends and receives by this order: the receiver posts its receives
+// in it, whatever order its own actions need them in.
+struct Channel {
+  bool grad = false; // false: activations (SEND_ACT/RECV_ACT)
+  int from = 0, to = 0;
+  struct Message {
+    int mb;
+    int chunk; // the receiver's chunk: the receive buffer the message fills
+    bool operator==(const Message&) const = default;
+  };
+  std::vector<Message> messages;
+};
+
+// Every channel of the schedule, ordered by (grad, from, to): the same list on every rank, so
+// ranks can set up their channels' connections one after another in this order.
+std::vector<Channel> channels(const Schedule& s);
+
 // The compute-only generators (exposed for tests); add_communication() inserts the SEND/RECV
 // actions every compute action needs, next to it.
 Schedule gpipe(int p, int m);

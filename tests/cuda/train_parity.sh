@@ -4,7 +4,8 @@
 # the same losses within 1e-4 relative; then two ranks sharing the GPU run pp = 2 (MPI p2p),
 # dp = 2 and tp = 2 (MPI reductions of host copies; NCCL where two GPUs are visible, one per
 # rank), and each must match the one-rank GPU run within 1e-4; with one GPU, asking for NCCL
-# must be refused (exit 2). Last, the flash attention kernels: ten steps at bf16 of a model with
+# (reductions or pipeline messages) must be refused (exit 2). Where two GPUs are visible, pp = 2
+# also runs with its messages through NCCL (comm.gpu_p2p), 1F1B and interleaved. Last, the flash attention kernels: ten steps at bf16 of a model with
 # GPT-2's head size (64) and sequences of 160 tokens (three tiles, the last short) against the
 # host's fp32 run, losses within 2 eps = 7.8e-3 relative (the bf16 loss tolerance of the fixture
 # test). Exits 77 (CTest: skipped) when this pipetrain cannot use a GPU, never 0.
@@ -62,6 +63,33 @@ else
     cat "$out/refused.log"
     exit 1
   fi
+  echo "== comm.gpu_p2p = nccl is refused with two ranks on one GPU =="
+  "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=2 device.kind=\"cuda\" \
+    comm.gpu_p2p=\"nccl\" "log.dir=$out/refused_p2p" >"$out/refused_p2p.log" 2>&1
+  rc=$?
+  if [[ $rc -ne 2 ]] || ! grep -q 'comm.gpu_p2p = "nccl".*NCCL needs one GPU per rank' \
+    "$out/refused_p2p.log"; then
+    echo "expected exit 2 naming the shared GPU, got $rc:"
+    cat "$out/refused_p2p.log"
+    exit 1
+  fi
+fi
+if [[ $gpus -ge 2 ]]; then
+  echo "== CUDA one rank vs CUDA pp=2, messages through NCCL (1F1B, then interleaved v=2) =="
+  run pp2_nccl "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=2 \
+    device.kind=\"cuda\" comm.gpu_p2p=\"nccl\" "log.dir=$out/pp2_nccl" || exit 1
+  grep -q "GPU pipeline messages: NCCL" "$out/pp2_nccl.log" || {
+    echo "the run did not say its messages went through NCCL:"
+    cat "$out/pp2_nccl.log"
+    exit 1
+  }
+  python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/pp2_nccl/metrics.jsonl" || exit 1
+  run pp2_nccl_v2 "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=2 \
+    parallel.virtual_stages=2 parallel.schedule=\"interleaved\" model.n_layer=4 \
+    device.kind=\"cuda\" comm.gpu_p2p=\"nccl\" "log.dir=$out/pp2_nccl_v2" || exit 1
+  run one_v2 "$pipetrain" "${common[@]}" parallel.pp=1 model.n_layer=4 device.kind=\"cuda\" \
+    "log.dir=$out/one_v2" || exit 1
+  python3 "$compare" 1e-4 "$out/one_v2/metrics.jsonl" "$out/pp2_nccl_v2/metrics.jsonl" || exit 1
 fi
 for layout in dp tp; do
   echo "== CUDA one rank vs CUDA ${layout}=2, ${shared} (${collectives} reductions) =="

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
 
 #include "schedule/schedule.hpp"
 #include "schedule/validate.hpp"
@@ -134,6 +137,110 @@ TEST(Schedule, RejectsBackwardBeforeForwardAndMissingWeightGradient) {
   ASSERT_FALSE(v.ok);
   EXPECT_NE(v.error.find("micro-batch 1 of stage 1 has BI but no BW"), std::string::npos)
       << v.error;
+}
+
+// Every schedule the generators make, for the channel tests.
+std::vector<Schedule> all_schedules(int max_p, int max_m) {
+  std::vector<Schedule> out;
+  for (int p = 2; p <= max_p; ++p) {
+    for (int m = 1; m <= max_m; ++m) {
+      for (const char* name : {"gpipe", "1f1b", "zb-h1"})
+        out.push_back(make_schedule(name, p, m, 1));
+      for (int vs = 2; vs <= 3 && m % p == 0; ++vs) {
+        out.push_back(make_schedule("interleaved", p, m, vs));
+      }
+    }
+  }
+  return out;
+}
+
+// The receives of each rank are exactly the messages of the channels that end there, each once.
+TEST(Schedule, ChannelsCarryEveryMessageOnce) {
+  for (const Schedule& s : all_schedules(6, 12)) {
+    const std::vector<Channel> ch = channels(s);
+    for (std::size_t i = 1; i < ch.size(); ++i) {
+      ASSERT_LT(std::make_tuple(ch[i - 1].grad, ch[i - 1].from, ch[i - 1].to),
+                std::make_tuple(ch[i].grad, ch[i].from, ch[i].to))
+          << s.name;
+    }
+    for (int r = 0; r < s.p; ++r) {
+      std::multiset<std::tuple<bool, int, int, int>> recvs, msgs; // (grad, from, mb, chunk)
+      for (const Action& a : s.ranks[static_cast<std::size_t>(r)]) {
+        if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
+          recvs.insert({a.op == Op::RECV_GRAD, a.peer, a.mb, a.chunk});
+        }
+      }
+      for (const Channel& c : ch) {
+        if (c.to != r) continue;
+        for (const auto& msg : c.messages) msgs.insert({c.grad, c.from, msg.mb, msg.chunk});
+      }
+      ASSERT_EQ(recvs, msgs) << s.name << " p " << s.p << " m " << s.m << " v " << s.v << " rank "
+                             << r;
+      ASSERT_EQ(std::set(msgs.begin(), msgs.end()).size(), msgs.size()) << s.name;
+    }
+  }
+}
+
+// The execution model of a transport without tags: each channel delivers in its order, so the
+// receive of a channel's k-th message completes once its sender has issued k + 1 sends there.
+// Every schedule must run to its end under it, which holds only if the channel order is the
+// senders' order.
+TEST(Schedule, EveryScheduleRunsOverFifoChannels) {
+  int runs = 0;
+  for (const Schedule& s : all_schedules(6, 12)) {
+    const std::vector<Channel> ch = channels(s);
+    // (grad, from, to, mb, chunk) -> (channel, position)
+    std::map<std::tuple<bool, int, int, int, int>, std::pair<std::size_t, std::size_t>> where;
+    for (std::size_t c = 0; c < ch.size(); ++c) {
+      for (std::size_t k = 0; k < ch[c].messages.size(); ++k) {
+        where[{ch[c].grad, ch[c].from, ch[c].to, ch[c].messages[k].mb, ch[c].messages[k].chunk}] = {
+            c, k};
+      }
+    }
+    std::vector<std::size_t> sent(ch.size(), 0), next(static_cast<std::size_t>(s.p), 0);
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (int r = 0; r < s.p; ++r) {
+        const auto& list = s.ranks[static_cast<std::size_t>(r)];
+        std::size_t& i = next[static_cast<std::size_t>(r)];
+        while (i < list.size()) {
+          const Action& a = list[i];
+          if (a.op == Op::SEND_ACT || a.op == Op::SEND_GRAD) {
+            const bool grad = a.op == Op::SEND_GRAD;
+            const int dest = s.stage_of(r, a.chunk) + (grad ? -1 : 1);
+            const auto [c, k] = where.at({grad, r, a.peer, a.mb, s.chunk_of(dest)});
+            ASSERT_EQ(sent[c], k) << s.name << ": rank " << r << " sends out of channel order";
+            ++sent[c];
+          } else if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
+            const auto [c, k] = where.at({a.op == Op::RECV_GRAD, a.peer, r, a.mb, a.chunk});
+            if (sent[c] <= k) break; // waits
+          }
+          ++i;
+          moved = true;
+        }
+      }
+    }
+    for (int r = 0; r < s.p; ++r) {
+      ASSERT_EQ(next[static_cast<std::size_t>(r)], s.ranks[static_cast<std::size_t>(r)].size())
+          << s.name << " p " << s.p << " m " << s.m << " v " << s.v << ": rank " << r << " stuck";
+    }
+    ++runs;
+  }
+  std::printf("  %d schedules ran over FIFO channels\n", runs);
+}
+
+TEST(Schedule, InterleavedChannelsWrapAroundToTheFirstRank) {
+  const std::vector<Channel> ch = channels(make_schedule("interleaved", 2, 2, 2));
+  ASSERT_EQ(ch.size(), 4u); // activations 0->1 and 1->0, gradients 0->1 and 1->0
+  const Channel& wrap = ch[1];
+  EXPECT_FALSE(wrap.grad);
+  EXPECT_EQ(wrap.from, 1);
+  EXPECT_EQ(wrap.to, 0);
+  // stage 1 (rank 1, chunk 0) feeds stage 2 (rank 0, chunk 1), for both micro-batches
+  ASSERT_EQ(wrap.messages.size(), 2u);
+  for (const auto& msg : wrap.messages) EXPECT_EQ(msg.chunk, 1);
+  EXPECT_EQ(ch[0].messages.size(), 4u); // 0->1: stage 0 -> 1 and stage 2 -> 3, per micro-batch
 }
 
 TEST(Schedule, GeneratorsRefuseUnsuitableShapes) {

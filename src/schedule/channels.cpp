@@ -1,0 +1,29 @@
+// The message channels of a schedule (schedule.hpp): one per (direction, sender, receiver).
+#include <map>
+#include <tuple>
+
+#include "schedule/schedule.hpp"
+
+namespace pt::schedule {
+
+std::vector<Channel> channels(const Schedule& s) {
+  std::map<std::tuple<bool, int, int>, Channel> by_key; // ordered by (grad, from, to)
+  for (int r = 0; r < s.p; ++r) {
+    for (const Action& a : s.ranks[static_cast<std::size_t>(r)]) {
+      if (a.op != Op::SEND_ACT && a.op != Op::SEND_GRAD) continue;
+      const bool grad = a.op == Op::SEND_GRAD;
+      Channel& c = by_key[{grad, r, a.peer}];
+      c.grad = grad;
+      c.from = r;
+      c.to = a.peer;
+      const int dest = s.stage_of(r, a.chunk) + (grad ? -1 : 1);
+      c.messages.push_back({a.mb, s.chunk_of(dest)});
+    }
+  }
+  std::vector<Channel> out;
+  out.reserve(by_key.size());
+  for (auto& [key, c] : by_key) out.push_back(std::move(c));
+  return out;
+}
+
+} // namespace pt::schedule
