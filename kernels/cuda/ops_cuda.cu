@@ -62,7 +62,8 @@ struct Backend {
   Scratch rowdot;              // flash attention backward: sum_d dout * out per row, B*NH*T
   cublasLtHandle_t lt = nullptr;
   void* lt_workspace = nullptr;
-  Scratch lt_bias;                                           // the bias, copied to an aligned place
+  void* blas_workspace = nullptr; // cuBLAS's, given at start so that it never allocates one
+  Scratch lt_bias;                // the bias, copied to an aligned place
   std::map<std::tuple<int, int, int, int>, LtPlan> lt_plans; // (N, C, OC, output alignment)
   long lt_products = 0; // forward products whose bias cuBLASLt's epilogue added
   long flash_calls = 0; // attention calls that took flash_attention.cu's kernels
@@ -95,20 +96,22 @@ void launched(const char* what) {
   check(cudaGetLastError(), what);
 }
 
+// Scratch grows in stream order (cudaFreeAsync after the kernels queued so far, which may still
+// use the old block): unlike cudaFree, that never waits for the device's other streams, where
+// NCCL transfers may be queued that only a peer's progress completes (comm.gpu_p2p).
 template <class T> T* grown(Scratch& s, std::size_t count, const char* what) {
   const std::size_t bytes = count * sizeof(T);
   if (s.bytes < bytes) {
-    check(cudaStreamSynchronize(g.stream), what); // a queued kernel may still use the old one
-    cudaFree(s.p);
+    if (s.p != nullptr) check(cudaFreeAsync(s.p, g.stream), what);
     s = Scratch{};
-    check(cudaMalloc(&s.p, bytes), what);
+    check(cudaMallocAsync(&s.p, bytes, g.stream), what);
     s.bytes = bytes;
   }
   return static_cast<T*>(s.p);
 }
 
 void free_scratch(Scratch& s) {
-  cudaFree(s.p);
+  if (s.p != nullptr) cudaFreeAsync(s.p, g.stream);
   s = Scratch{};
 }
 
@@ -814,6 +817,8 @@ void init(int device) {
   check(cublasCreate(&g.blas), "cublasCreate");
   check(cublasSetStream(g.blas, g.stream), "cublasSetStream");
   check(cublasSetMathMode(g.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  check(cudaMalloc(&g.blas_workspace, kLtWorkspace), "cudaMalloc");
+  check(cublasSetWorkspace(g.blas, g.blas_workspace, kLtWorkspace), "cublasSetWorkspace");
   check(cublasLtCreate(&g.lt), "cublasLtCreate");
   check(cudaMalloc(&g.lt_workspace, kLtWorkspace), "cudaMalloc");
 }
@@ -825,10 +830,12 @@ void finalize() {
        {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias, &g.sums, &g.rowdot}) {
     free_scratch(*x);
   }
+  cudaStreamSynchronize(g.stream);
   for (auto& [key, plan] : g.lt_plans) destroy_plan(plan);
   cudaFree(g.lt_workspace);
   cublasLtDestroy(g.lt);
   cublasDestroy(g.blas);
+  cudaFree(g.blas_workspace);
   cudaStreamDestroy(g.stream);
   g = Backend{};
 }

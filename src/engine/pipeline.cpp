@@ -60,14 +60,15 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
     }
   }
   // Every activation slot (and stash) the list needs at its peak is made now, not at its first
-  // use: allocating memory on a GPU may wait for the other streams, where NCCL receives are
-  // queued that only a peer's sends complete.
+  // use: freeing (and maybe allocating) GPU memory waits for the device's other streams, where
+  // NCCL receives are queued that only a peer's sends complete.
   std::vector<int> live(static_cast<std::size_t>(v_), 0), peak(live), split(live);
   for (const Action& a : actions_) {
     const auto c = static_cast<std::size_t>(a.chunk);
     if (a.op == Op::F) peak[c] = std::max(peak[c], ++live[c]);
     if (a.op == Op::B || a.op == Op::BW) --live[c];
     if (a.op == Op::BI) split[c] = 1;
+    if (a.op == Op::B) chunks_[c]->prepare_backward();
   }
   for (int c = 0; c < v_; ++c) {
     for (int i = 0; i < peak[static_cast<std::size_t>(c)]; ++i) {

@@ -348,10 +348,14 @@ void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf) {
                                 N_, C_);
 }
 
+void GptStage::prepare_backward() {
+  if (fused_.blocks.empty()) fused_ = make_stash(1);
+}
+
 void GptStage::backward(StageActivations& a, const float* dout, float loss_scale, float* d_input) {
   // One block stash reused block after block; the gradient flowing down the stage lives in
   // fused_.d_input, which also ends up holding the stage input's gradient.
-  if (fused_.blocks.empty()) fused_ = make_stash(1);
+  prepare_backward();
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
   float* flow = fused_.d_input.data();
   const float* grad = dout;

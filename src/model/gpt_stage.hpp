@@ -144,6 +144,9 @@ public:
   // Stash for the split backward: one BlockStash per block (or only one when `blocks` is 1).
   StageStash make_stash(std::size_t blocks) const;
   StageStash make_stash() const { return make_stash(spec_.layer_end - spec_.layer_begin); }
+  // Makes backward()'s own stash now rather than at its first call (the pipeline engine makes
+  // every buffer of a step before the step: docs/cuda.md, comm.gpu_p2p).
+  void prepare_backward();
 
   // Forward one micro-batch. First stage reads a.tokens, others a.input. Last stage reads
   // a.targets and returns the mean loss over the micro-batch's tokens; others return 0.
