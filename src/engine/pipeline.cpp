@@ -52,10 +52,8 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
       const schedule::Channel& c = channels[i];
       if (c.from == me_) nccl_send_link_[{c.grad ? 1 : 0, c.to}] = i;
       if (c.to != me_) continue;
-      for (std::size_t k = 0; k < c.messages.size(); ++k) {
-        const MsgKey key{c.grad ? 1 : 0, c.messages[k].mb, c.messages[k].chunk};
-        nccl_receives_.emplace_back(i, key);
-        nccl_recv_at_[key] = {i, static_cast<int>(k)};
+      for (const schedule::Channel::Message& msg : c.messages) {
+        nccl_receives_.emplace_back(i, MsgKey{c.grad ? 1 : 0, msg.mb, msg.chunk});
       }
     }
   }

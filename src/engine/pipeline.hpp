@@ -109,7 +109,6 @@ private:
   std::vector<std::unique_ptr<cuda::NcclLink>> links_;
   bool nccl_ = false;
   std::vector<std::pair<std::size_t, MsgKey>> nccl_receives_;  // (link, buffer) in link order
-  std::map<MsgKey, std::pair<std::size_t, int>> nccl_recv_at_; // buffer -> (link, k)
   std::map<std::tuple<int, int>, std::size_t> nccl_send_link_; // (dir, peer) -> link
   std::map<Key, FloatBuffer> grad_dev_;     // received gradients in backend memory
   std::map<Key, FloatBuffer> act_send_buf_; // activations copied out for SEND_ACT
