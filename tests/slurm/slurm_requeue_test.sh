@@ -17,6 +17,33 @@ for b in slurmctld slurmd sbatch scontrol sinfo munged; do
 done
 [[ $(id -u) -eq 0 ]] || skip "this test runs Slurm daemons as root"
 
+# A run of this test that was killed (a CTest timeout) leaves its daemons behind on the test's
+# ports, and the next run's sbatch then talks to them. Stop every slurmctld/slurmd started from
+# a configuration of this test, or from one that no longer exists, before starting afresh.
+stale=()
+for pid in $(pgrep -x slurmctld; pgrep -x slurmd); do
+  conf=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | sed -n '/^-f$/{n;p;q}')
+  [[ -n $conf ]] || continue
+  if [[ ! -f $conf ]] || grep -q '^ClusterName=pipetrain-test' "$conf"; then
+    stale+=("$pid")
+  fi
+done
+if [[ ${#stale[@]} -gt 0 ]]; then
+  echo "stopping Slurm daemons left by an earlier run of this test: ${stale[*]}"
+  kill "${stale[@]}" 2>/dev/null
+  for _ in $(seq 40); do
+    alive=0
+    for pid in "${stale[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [[ $alive -eq 0 ]] && break
+    sleep 0.25
+  done
+fi
+for port in 16817 16818; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    skip "port $port is in use by another program (this test's Slurm needs it)"
+  fi
+done
+
 rm -rf "$work"
 mkdir -p "$work"/{state,spool,log}
 host=$(hostname -s)
@@ -62,6 +89,7 @@ cleanup() {
   true
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT # a killed test stops its daemons too (through the EXIT trap)
 slurmctld -f "$SLURM_CONF" || skip "slurmctld does not start"
 slurmd -f "$SLURM_CONF" || skip "slurmd does not start"
 for _ in $(seq 40); do
