@@ -60,22 +60,17 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   // Every activation slot (and stash) the list needs at its peak is made now, not at its first
   // use: freeing (and maybe allocating) GPU memory waits for the device's other streams, where
   // NCCL receives are queued that only a peer's sends complete.
-  std::vector<int> live(static_cast<std::size_t>(v_), 0), peak(live), split(live);
+  std::vector<int> live(static_cast<std::size_t>(v_), 0), peak(live);
+  split_.assign(static_cast<std::size_t>(v_), false);
   for (const Action& a : actions_) {
     const auto c = static_cast<std::size_t>(a.chunk);
     if (a.op == Op::F) peak[c] = std::max(peak[c], ++live[c]);
     if (a.op == Op::B || a.op == Op::BW) --live[c];
-    if (a.op == Op::BI) split[c] = 1;
+    if (a.op == Op::BI) split_[c] = true;
     if (a.op == Op::B) chunks_[c]->prepare_backward();
   }
   for (int c = 0; c < v_; ++c) {
-    for (int i = 0; i < peak[static_cast<std::size_t>(c)]; ++i) {
-      Slot& s = acquire(c, -1 - i);
-      if (split[static_cast<std::size_t>(c)] != 0) {
-        s.stash = chunks_[static_cast<std::size_t>(c)]->make_stash();
-        s.has_stash = true;
-      }
-    }
+    for (int i = 0; i < peak[static_cast<std::size_t>(c)]; ++i) acquire(c, -1 - i);
     for (int i = 0; i < peak[static_cast<std::size_t>(c)]; ++i) release(c, -1 - i);
   }
   if (staged_) eval_buf_ = FloatBuffer(NC);
@@ -125,6 +120,9 @@ PipelineEngine::Slot& PipelineEngine::acquire(int chunk, int mb) {
   } else {
     auto fresh = std::make_unique<Slot>();
     fresh->acts = chunks_[static_cast<std::size_t>(chunk)]->make_activations();
+    if (split_[static_cast<std::size_t>(chunk)]) {
+      fresh->stash = chunks_[static_cast<std::size_t>(chunk)]->make_stash();
+    }
     s = fresh.get();
     slots_[static_cast<std::size_t>(chunk)].push_back(std::move(fresh));
   }
@@ -293,10 +291,6 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
     case Op::BI: {
       Slot& s = *live_.at({a.mb, a.chunk});
       timed(2, [&] {
-        if (!s.has_stash) {
-          s.stash = stage.make_stash();
-          s.has_stash = true;
-        }
         const float* dout = received_grad(stage, a.mb, a.chunk);
         stage.backward_input(s.acts, dout, loss_scale_, s.stash);
         if (!stage.spec().first) {

@@ -60,8 +60,7 @@ public:
 private:
   struct Slot {
     StageActivations acts;
-    StageStash stash;
-    bool has_stash = false;
+    StageStash stash; // made with the slot where the chunk splits its backward (BI/BW)
   };
   using Key = std::pair<int, int>;          // (mb, chunk)
   using MsgKey = std::tuple<int, int, int>; // (dir 0 activation / 1 gradient, mb, chunk)
@@ -98,6 +97,7 @@ private:
   // activation slots per chunk, reused across micro-batches and steps
   std::vector<std::vector<std::unique_ptr<Slot>>> slots_;
   std::vector<std::vector<Slot*>> free_;
+  std::vector<bool> split_; // per chunk: its backward runs as BI then BW
   std::map<Key, Slot*> live_;
   // one buffer per receive and per gradient send of the list (N*C floats each); host memory for
   // MPI, backend memory for NCCL
