@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "util/errors.hpp"
+#include "util/test_hooks.hpp"
 #include "util/hash.hpp"
 
 namespace pt {
@@ -263,10 +264,10 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards 
     const std::vector<int> turns = dp_turns(whole, layout.dp());
     std::vector<H5> sets;
     std::size_t k = 0;
-    // test-only: PIPETRAIN_TEST_KILL_IN_CHECKPOINT=STEP kills the last rank mid-write (fault test)
-    const char* kill_at = std::getenv("PIPETRAIN_TEST_KILL_IN_CHECKPOINT");
+    // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
+    const int kill_at = test_hooks().kill_in_checkpoint;
     for (int sec = 0; sec < 3; ++sec) {
-      if (sec == 1 && kill_at != nullptr && std::atoi(kill_at) == state.step &&
+      if (sec == 1 && kill_at == state.step &&
           layout.rank() == layout.size() - 1) {
         std::raise(SIGKILL);
       }

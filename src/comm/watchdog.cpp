@@ -42,15 +42,15 @@ double Watchdog::wait_until(const std::function<bool()>& done, const std::string
   return MPI_Wtime() - t0;
 }
 
-double Watchdog::allreduce_sum(void* buf, int count, MPI_Datatype type, MPI_Comm comm,
-                               const std::string& what) const {
+double Watchdog::allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                           const std::string& what) const {
   if (timeout_s_ <= 0.0) {
     const double t0 = MPI_Wtime();
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, MPI_SUM, comm));
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, comm));
     return MPI_Wtime() - t0;
   }
   MPI_Request req;
-  PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, MPI_SUM, comm, &req));
+  PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, comm, &req));
   return wait(req, what);
 }
 

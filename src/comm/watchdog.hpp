@@ -23,9 +23,9 @@ public:
   // requests (an NCCL transfer's CUDA event). Returns the seconds spent waiting.
   double wait_until(const std::function<bool()>& done, const std::string& what) const;
 
-  // MPI_Allreduce (in place, sum) under the watchdog.
-  double allreduce_sum(void* buf, int count, MPI_Datatype type, MPI_Comm comm,
-                       const std::string& what) const;
+  // MPI_Allreduce (in place) under the watchdog.
+  double allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                   const std::string& what) const;
 
   // MPI_Bcast and MPI_Barrier under the watchdog.
   double bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm,

@@ -1,10 +1,9 @@
 #include "engine/pipeline.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "util/errors.hpp"
+#include "util/test_hooks.hpp"
 
 namespace pt {
 
@@ -91,8 +90,7 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
       last_weight_action_[static_cast<std::size_t>(actions_[i].chunk)] = i;
     }
   }
-  const char* drop = std::getenv("PIPETRAIN_TEST_DROP_SEND");
-  drop_first_send_ = drop != nullptr && std::strcmp(drop, "1") == 0 && me_ == 0;
+  drop_first_send_ = test_hooks().drop_send && me_ == 0;
 }
 
 std::size_t PipelineEngine::activation_bytes() const {

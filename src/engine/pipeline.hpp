@@ -17,7 +17,7 @@
 #include "config/run_config.hpp"
 #include "cuda/nccl.hpp"
 #include "data/sampler.hpp"
-#include "engine/grad_sync.hpp"
+#include "comm/grad_sync.hpp"
 #include "model/gpt_stage.hpp"
 #include "parallel/layout.hpp"
 #include "schedule/schedule.hpp"
@@ -115,7 +115,7 @@ private:
   FloatBuffer eval_buf_;                    // evaluate()'s messages
   std::vector<GradSync*> sync_;
   std::vector<std::size_t> last_weight_action_; // per chunk: its last B or BW in actions_
-  bool drop_first_send_ = false; // test-only: PIPETRAIN_TEST_DROP_SEND=1 (watchdog test)
+  bool drop_first_send_ = false; // test-only (util/test_hooks.hpp): the watchdog test
 };
 
 } // namespace pt

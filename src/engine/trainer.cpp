@@ -14,12 +14,13 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "comm/allreduce.hpp"
+#include "comm/grad_sync.hpp"
+#include "comm/reducers.hpp"
 #include "comm/watchdog.hpp"
 #include "cuda/device_query.hpp"
 #include "cuda/nccl.hpp"
 #include "data/sampler.hpp"
 #include "data/token_file.hpp"
-#include "engine/grad_sync.hpp"
 #include "engine/pipeline.hpp"
 #include "model/gpt_stage.hpp"
 #include "model/partition.hpp"
@@ -33,6 +34,7 @@
 #include "telemetry/peak.hpp"
 #include "util/errors.hpp"
 #include "util/hash.hpp"
+#include "util/test_hooks.hpp"
 
 namespace pt {
 namespace {
@@ -71,23 +73,10 @@ std::unique_ptr<TokenFile> open_collectively(MPI_Comm comm, const std::string& p
 // the ranks of its node (several ranks share a GPU when there are more ranks than GPUs). Every
 // rank reaches the same verdict; a failure is an input error naming the fix.
 // PIPETRAIN_TEST_STAGED=1 (tests) gives the host backend with MPI staging.
-// This rank's index among the ranks that share its machine's memory, and how many they are:
-// the physical node, which owns the GPUs (not comm.ranks_per_node's emulated one).
-std::pair<int, int> physical_node(MPI_Comm world) {
-  MPI_Comm node = MPI_COMM_NULL;
-  PT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int rank = 0, size = 1;
-  PT_MPI(MPI_Comm_rank(node, &rank));
-  PT_MPI(MPI_Comm_size(node, &size));
-  PT_MPI(MPI_Comm_free(&node));
-  return {rank, size};
-}
-
 const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
   if (d.kind != "cuda") {
     // test switch: the GPU backend's host staging of MPI traffic, on the host
-    const char* staged = std::getenv("PIPETRAIN_TEST_STAGED");
-    return staged != nullptr && std::string(staged) == "1" ? host_staged_backend() : host_backend();
+    return test_hooks().staged ? host_staged_backend() : host_backend();
   }
   const int local = physical_node(world).first;
   const Backend* be = nullptr;
@@ -107,120 +96,6 @@ const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
   }
   agree(world, err);
   return *be;
-}
-
-// comm.gpu_collectives (dp/tp reductions) or comm.gpu_p2p (pipeline messages), named by `key`,
-// asking for `want` (auto | nccl | mpi): whether a GPU backend's traffic of that kind goes
-// through NCCL. Empty `why` and true: NCCL; false: host-staged MPI, `why` saying so. NCCL
-// needs a build with it and a GPU of its own for every rank (it refuses two ranks of a
-// communicator on one GPU); an explicit "nccl" that cannot be met is an input error, agreed by
-// all ranks.
-bool use_nccl(const std::string& key, const std::string& want, const RunConfig& cfg, MPI_Comm world,
-              std::string& why) {
-  if (cfg.device.kind != "cuda" || want == "mpi") {
-    why = want == "mpi" ? key + " = \"mpi\"" : "device.kind = \"" + cfg.device.kind + "\"";
-    return false;
-  }
-  const int on_node = physical_node(world).second;
-  std::string ignored;
-  int ok = 1, most = on_node, gpus = cuda::device_count(ignored);
-  if (!cuda::nccl_compiled()) {
-    ok = 0;
-    why = "this pipetrain was built without NCCL";
-  } else if (on_node > gpus) {
-    ok = 0;
-  }
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, world));
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, world));
-  if (ok == 1) return true;
-  if (why.empty()) {
-    why = std::to_string(most) + " ranks share a node's GPUs, and NCCL needs one GPU per rank";
-  }
-  std::optional<Error> err;
-  if (want == "nccl") {
-    err = input_error(key + " = \"nccl\": " + why + "; use " + key +
-                      "=\"mpi\" (host-staged MPI) or one rank per GPU");
-  }
-  agree(world, err);
-  return false;
-}
-
-// One NCCL communicator over the ranks of `group` (collective over it): its rank 0 makes the
-// id and broadcasts it. Failures anywhere are agreed over `world`.
-std::unique_ptr<cuda::NcclComm> make_nccl(MPI_Comm group, bool side_stream, MPI_Comm world) {
-  int rank = 0, size = 1;
-  PT_MPI(MPI_Comm_rank(group, &rank));
-  PT_MPI(MPI_Comm_size(group, &size));
-  std::optional<Error> err;
-  cuda::NcclId id{};
-  int made = 1;
-  if (rank == 0) {
-    try {
-      id = cuda::nccl_unique_id();
-    } catch (const std::exception& e) {
-      made = 0;
-      err = input_error(std::string("NCCL: ") + e.what() + "; use comm.gpu_collectives=\"mpi\"");
-    }
-  }
-  PT_MPI(MPI_Bcast(&made, 1, MPI_INT, 0, group));
-  PT_MPI(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_CHAR, 0, group));
-  std::unique_ptr<cuda::NcclComm> comm;
-  if (made == 1) {
-    try {
-      comm = std::make_unique<cuda::NcclComm>(id, size, rank, side_stream);
-    } catch (const std::exception& e) {
-      err = input_error(std::string("NCCL could not make a communicator: ") + e.what() +
-                        "; use comm.gpu_collectives=\"mpi\"");
-    }
-  }
-  agree(world, err);
-  return comm;
-}
-
-// comm.gpu_p2p = "nccl": the NCCL link of every channel of the schedule that starts or ends at
-// this rank (null for the others), in schedule::channels' order. Every rank of the pipeline
-// group walks that one list, so the two ends of each link meet at it together. The sender makes
-// the id; the two ends tell each other whether they can go on, so neither is left alone in
-// ncclCommInitRank once the other has failed. Failures are agreed over `world`.
-std::vector<std::unique_ptr<cuda::NcclLink>> make_nccl_links(const schedule::Schedule& sched,
-                                                             const Layout& layout) {
-  const int me = layout.coords().pp;
-  const std::vector<schedule::Channel> channels = schedule::channels(sched);
-  std::vector<std::unique_ptr<cuda::NcclLink>> links(channels.size());
-  std::optional<Error> err;
-  for (std::size_t i = 0; i < channels.size(); ++i) {
-    const schedule::Channel& c = channels[i];
-    if (c.from != me && c.to != me) continue;
-    const bool sender = c.from == me;
-    const int peer = sender ? c.to : c.from;
-    cuda::NcclId id{};
-    if (sender && !err) {
-      try {
-        id = cuda::nccl_unique_id();
-      } catch (const std::exception& e) {
-        err = input_error(std::string("NCCL: ") + e.what() + "; use comm.gpu_p2p=\"mpi\"");
-      }
-    }
-    int mine = err ? 0 : 1, theirs = 0;
-    PT_MPI(MPI_Sendrecv(&mine, 1, MPI_INT, peer, 0, &theirs, 1, MPI_INT, peer, 0, layout.pp_comm(),
-                        MPI_STATUS_IGNORE));
-    if (mine == 0 || theirs == 0) continue;
-    if (sender) {
-      PT_MPI(MPI_Send(id.data(), static_cast<int>(id.size()), MPI_CHAR, peer, 0, layout.pp_comm()));
-    } else {
-      PT_MPI(MPI_Recv(id.data(), static_cast<int>(id.size()), MPI_CHAR, peer, 0, layout.pp_comm(),
-                      MPI_STATUS_IGNORE));
-    }
-    try {
-      links[i] = std::make_unique<cuda::NcclLink>(id, sender);
-    } catch (const std::exception& e) {
-      err = input_error(std::string("NCCL could not link pipeline ranks ") +
-                        std::to_string(c.from) + " -> " + std::to_string(c.to) + ": " + e.what() +
-                        "; use comm.gpu_p2p=\"mpi\"");
-    }
-  }
-  agree(layout.world(), err);
-  return links;
 }
 
 // The backend of device.kind, wrapped in the op timer when log.op_profile is on.
@@ -317,7 +192,7 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
   const CommConfig& cc = cfg.comm;
   AllreduceOptions opt;
   opt.algo = parse_allreduce(cc.allreduce);
-  opt.tune = cc.autotune;
+  opt.autotune = cc.autotune && !cfg.runtime.deterministic;
   // the dp group's ranks per node (a node holds ranks_on_node / (pp*tp) replicas of a stage)
   opt.node_size = std::max(1, layout.ranks_on_node() / (layout.pp() * layout.tp()));
   const int nodes = std::max(1, layout.dp() / opt.node_size);
@@ -501,12 +376,19 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   std::string staged_why;
   const bool nccl =
       use_nccl("comm.gpu_collectives", cfg.comm.gpu_collectives, cfg, layout.world(), staged_why);
-  std::unique_ptr<cuda::NcclComm> tp_nccl; // shared by the chunks: they run one at a time
-  if (nccl && layout.tp() > 1) tp_nccl = make_nccl(layout.tp_comm(), false, layout.world());
+  std::unique_ptr<GroupReducer> tp_reduce; // shared by the chunks: they run one at a time
+  if (layout.tp() > 1) {
+    tp_reduce = make_reducer(layout.tp_comm(),
+                             "the tensor-parallel all-reduce (tp group of "
+                             "pipeline rank " +
+                                 std::to_string(me) + ")",
+                             watchdog, be,
+                             nccl ? make_nccl(layout.tp_comm(), false, layout.world()) : nullptr);
+  }
   std::vector<std::unique_ptr<GptStage>> chunks;
   std::vector<std::unique_ptr<AdamW>> opts;
   for (int c = 0; c < v; ++c) {
-    const TpGroup tp{layout.tp_comm(), layout.coords().tp, layout.tp(), tp_nccl.get()};
+    const TpGroup tp{layout.coords().tp, layout.tp(), tp_reduce.get()};
     chunks.push_back(
         std::make_unique<GptStage>(m, stage_spec(plan.layers, c * p + me), t.micro_batch, tp, be));
     chunks.back()->init_parameters(t.seed);
@@ -540,8 +422,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
 
   const Sampler sampler(*data, m.seq_len, t.seed);
   // test switch: prove replicated gradients are bitwise equal on every tp rank, every step
-  const char* check_env = std::getenv("PIPETRAIN_CHECK_TP_REPLICAS");
-  const bool check_tp_replicas = check_env != nullptr && std::string(check_env) == "1";
+  const bool check_tp_replicas = test_hooks().check_tp_replicas;
   int replicas_checked = 0;
   std::string p2p_why;
   const bool nccl_p2p =
@@ -635,14 +516,14 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       const ParamTensor& wte = edge.layout().at("wte");
       float* g = edge.grads() + wte.offset;
       if (!be.on_host()) embedding_stage.assign(g, g + wte.size); // MPI sees host memory only
-      watchdog.allreduce_sum(be.on_host() ? g : embedding_stage.data(), static_cast<int>(wte.size),
-                             MPI_FLOAT, layout.embedding_comm(),
-                             "the tied-embedding gradient all-reduce");
+      watchdog.allreduce(be.on_host() ? g : embedding_stage.data(), static_cast<int>(wte.size),
+                         MPI_FLOAT, MPI_SUM, layout.embedding_comm(),
+                         "the tied-embedding gradient all-reduce");
       if (!be.on_host()) std::copy(embedding_stage.begin(), embedding_stage.end(), g);
     }
     // loss: the last pipeline rank's sum over micro-batches, then over dp replicas
     if (layout.dp() > 1) {
-      watchdog.allreduce_sum(&loss, 1, MPI_DOUBLE, layout.dp_comm(), "the loss all-reduce");
+      watchdog.allreduce(&loss, 1, MPI_DOUBLE, MPI_SUM, layout.dp_comm(), "the loss all-reduce");
     }
     watchdog.bcast(&loss, 1, MPI_DOUBLE, p - 1, layout.pp_comm(), "the loss broadcast");
     loss /= static_cast<double>(micro) * layout.dp();
@@ -657,12 +538,12 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       for (std::size_t i = 0; i < nt.index.size(); ++i) sq[nt.index[i]] = nt.sums[i];
     }
     if (layout.tp() > 1) {
-      watchdog.allreduce_sum(sq.data(), static_cast<int>(sq.size()), MPI_DOUBLE, layout.tp_comm(),
-                             "the gradient-norm all-reduce (tp)");
+      watchdog.allreduce(sq.data(), static_cast<int>(sq.size()), MPI_DOUBLE, MPI_SUM,
+                         layout.tp_comm(), "the gradient-norm all-reduce (tp)");
     }
     if (p > 1) {
-      watchdog.allreduce_sum(sq.data(), static_cast<int>(sq.size()), MPI_DOUBLE, layout.pp_comm(),
-                             "the gradient-norm all-reduce");
+      watchdog.allreduce(sq.data(), static_cast<int>(sq.size()), MPI_DOUBLE, MPI_SUM,
+                         layout.pp_comm(), "the gradient-norm all-reduce");
     }
     if (check_tp_replicas) check_replicated_grads(chunks, layout, step, replicas_checked);
     double norm2 = 0.0;
@@ -790,19 +671,13 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
       std::fflush(stdout);
     }
     if (root && syncs.front()->reducer() != nullptr) { // auto's measured choices (rank 0's group)
-      for (const auto& [n, tr] : syncs.front()->reducer()->tuned()) {
+      for (const auto& [n, ch] : syncs.front()->reducer()->measured()) {
         std::printf("dp all-reduce auto, %.1f KiB: %s (model: %s; measured", n * 4.0 / 1024.0,
-                    algorithm_name(tr.pick), algorithm_name(tr.model));
-        for (const auto& [algo, sec] : tr.seconds) {
+                    algorithm_name(ch.pick), algorithm_name(ch.model));
+        for (const auto& [algo, sec] : ch.seconds) {
           std::printf(" %s %.1f us", algorithm_name(algo), sec * 1e6);
         }
-        std::printf("; %d later switch(es), %d re-measurement(s))\n", tr.switches, tr.remeasures);
-      }
-      if (syncs.front()->reducer()->tuned().empty() && cfg.comm.allreduce == "auto" &&
-          cfg.comm.autotune) {
-        std::printf("dp all-reduce auto: still measuring after %d step(s) (up to 66 calls of "
-                    "each bucket size, one per step)\n",
-                    run_steps);
+        std::printf(")\n");
       }
       std::fflush(stdout);
     }

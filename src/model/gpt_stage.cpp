@@ -74,29 +74,7 @@ void GptStage::layer_done(int layer) const {
 }
 
 void GptStage::tp_sum(float* x, std::size_t n) const {
-  if (tp_.size > 1) tp_allreduce(x, n, MPI_SUM);
-}
-
-void GptStage::tp_allreduce(float* x, std::size_t n, MPI_Op op) const {
-  if (tp_.nccl != nullptr) { // queued on the backend's stream, in order with the ops
-    if (op == MPI_MAX) {
-      tp_.nccl->max(x, n);
-    } else {
-      tp_.nccl->sum(x, n);
-    }
-    return;
-  }
-  if (be_.on_host()) { // in place: the host backend has nothing queued
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_FLOAT, op, tp_.comm));
-    return;
-  }
-  tp_host_.resize(n); // a GPU backend's memory stays out of MPI: reduce a host copy
-  be_.copy(tp_host_.data(), x, n * sizeof(float));
-  be_.synchronize();
-  PT_MPI(
-      MPI_Allreduce(MPI_IN_PLACE, tp_host_.data(), static_cast<int>(n), MPI_FLOAT, op, tp_.comm));
-  be_.copy(x, tp_host_.data(), n * sizeof(float));
-  be_.synchronize();
+  if (tp_.size > 1) tp_.reduce->sum(x, n);
 }
 
 BlockTensors GptStage::block(float* base, int layer) const {
@@ -271,7 +249,7 @@ float GptStage::forward(StageActivations& a) {
     // vocabulary-parallel cross-entropy: no rank holds all logits; max, then the target's logit
     // and the exp-sum are all-reduced over the tp group
     be_.row_max(ce_max_.data(), a.probs.data(), N_, V_);
-    tp_allreduce(ce_max_.data(), ce_max_.size(), MPI_MAX);
+    tp_.reduce->max(ce_max_.data(), ce_max_.size());
     be_.gather_target(ce_target_.data(), a.probs.data(), a.targets.data(), N_, V_, v0_);
     be_.softmax_exp(a.probs.data(), ce_sum_.data(), a.probs.data(), ce_max_.data(), N_, V_);
     tp_sum(ce_target_.data(), ce_target_.size());

@@ -7,15 +7,13 @@
 // NH/tp heads, F = 4C/tp MLP width, V/tp vocabulary rows (the probs buffer is (N, V/tp)).
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "backend.hpp"
+#include "comm/group_reducer.hpp"
 #include "config/run_config.hpp"
-#include "cuda/nccl.hpp"
 #include "model/param_layout.hpp"
 #include "util/buffer.hpp"
 
@@ -91,12 +89,11 @@ struct StageStash {
 
 // The tensor-parallel group a stage belongs to (size 1: no tensor parallelism).
 struct TpGroup {
-  MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int size = 1;
-  // GPU backend with comm.gpu_collectives = nccl: the same group as an NCCL communicator on
-  // the backend's stream (owned by the trainer); null: MPI (on host copies for a GPU backend)
-  cuda::NcclComm* nccl = nullptr;
+  // the group's sums and maxima on the stage's backend memory (comm/reducers.hpp: MPI, host-staged
+  // MPI or NCCL, under the hang watchdog); owned by the trainer, needed when size > 1
+  GroupReducer* reduce = nullptr;
 };
 
 class GptStage {
@@ -179,8 +176,6 @@ private:
   void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx);
   void head_backward_weight(StageActivations& a, const float* d_lnf);
   void tp_sum(float* x, std::size_t n) const;
-  // In place over the tp group; a GPU backend's floats go through tp_host_.
-  void tp_allreduce(float* x, std::size_t n, MPI_Op op) const;
   void copy_floats(float* dst, const float* src, std::size_t n) const;
   void layer_done(int layer) const; // runs the weight-gradient hook
 
@@ -203,7 +198,6 @@ private:
   FloatBuffer att_scratch_;                 // (T,T)
   StageStash fused_;      // one block's stash, reused by backward() block after block
   FloatBuffer head_grad_; // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
-  mutable std::vector<float> tp_host_; // GPU backend: host copy for the tp all-reduces
 };
 
 } // namespace pt

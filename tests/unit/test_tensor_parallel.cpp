@@ -16,7 +16,7 @@ TEST(TensorParallel, EmbeddingAndHeadMemoryFallsByTp) {
   whole.layer_end = m.n_layer;
   std::size_t wte1 = 0, probs1 = 0, qkv1 = 0;
   for (int tp : {1, 2, 4}) {
-    GptStage stage(m, whole, 2, TpGroup{MPI_COMM_NULL, tp - 1, tp});
+    GptStage stage(m, whole, 2, TpGroup{tp - 1, tp, nullptr});
     const std::size_t wte = stage.layout().at("wte").size;
     const std::size_t probs = stage.make_activations().probs.size();
     const std::size_t qkv = stage.layout().at("h/000/attn/qkv/weight").size;

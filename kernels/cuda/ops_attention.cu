@@ -1,0 +1,180 @@
+// Causal self-attention (attention_forward, attention_backward): the flash kernels
+// (flash_attention.hpp) where they take the shape at precision bf16, else per sequence two
+// batched cuBLAS products over its heads around a causal softmax kernel.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+
+#include "cuda/cuda_common.cuh"
+#include "cuda/flash_attention.hpp"
+#include "cuda/ops_cuda.hpp"
+
+namespace pt::cuda_ops {
+using namespace detail;
+
+namespace {
+
+__device__ float load(float x) {
+  return x;
+}
+__device__ float load(bf16 x) {
+  return __bfloat162float(x);
+}
+__device__ void store(float* p, float x) {
+  *p = x;
+}
+__device__ void store(bf16* p, float x) {
+  *p = __float2bfloat16(x); // round to nearest even
+}
+
+// Causal softmax of each (T,T) row in place: row i keeps columns 0..i, the rest become zero.
+// One block per row of all B*NH*T rows. E: float, or bf16 (computed in float, stored rounded).
+template <class E> __global__ void causal_softmax_k(E* att, int T) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const int i = static_cast<int>(row % T);
+  E* p = att + row * T;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, load(p[j]));
+  mx = block_reduce<true>(mx, shared);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) s += expf(load(p[j]) - mx);
+  s = block_reduce<false>(s, shared);
+  const float inv = 1.0f / s;
+  for (int j = threadIdx.x; j < T; j += blockDim.x) {
+    store(p + j, j <= i ? expf(load(p[j]) - mx) * inv : 0.0f);
+  }
+}
+
+// dS = P * (dP - sum_j P dP) in place over dP, row by row (causal: zero above the diagonal).
+// E: float, or bf16 (dP and P rounded to bf16, the arithmetic in float).
+template <class E> __global__ void causal_softmax_backward_k(E* ds, const E* att, int T) {
+  __shared__ float shared[32];
+  const std::size_t row = blockIdx.x;
+  const int i = static_cast<int>(row % T);
+  const E* p = att + row * T;
+  E* d = ds + row * T;
+  float dot = 0.0f;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) dot += load(p[j]) * load(d[j]);
+  dot = block_reduce<false>(dot, shared);
+  for (int j = threadIdx.x; j < T; j += blockDim.x) {
+    store(d + j, j <= i ? load(p[j]) * (load(d[j]) - dot) : 0.0f);
+  }
+}
+
+} // namespace
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  ready();
+  if (B == 0 || T == 0) return;
+  const int HS = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const long long TT = static_cast<long long>(T) * T;
+  // bf16: q, k, v converted once; P stored in bf16 in the att buffer
+  const std::size_t es = g.bf16 ? sizeof(bf16) : sizeof(float);
+  const cudaDataType_t ptype = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  if (g.bf16 && flash::takes(B, T, C, NH)) { // att keeps row statistics (and qkv), not P
+    bf16* qkv16 = flash::qkv_copy(att, B, T, C, NH);
+    if (qkv16 == nullptr)
+      qkv16 = grown<bf16>(g.qkv16, std::size_t(B) * T * C3, "attention_forward");
+    to_bf16(qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_forward");
+    flash::forward(out, att, qkv16, B, T, C, NH, g.stream);
+    ++g.flash_calls;
+    return;
+  }
+  const char* in = reinterpret_cast<const char*>(qkv);
+  if (g.bf16) {
+    in = reinterpret_cast<const char*>(
+        as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_forward"));
+  }
+  for (int b = 0; b < B; ++b) { // all heads of one sequence per call
+    const char* q = in + es * static_cast<std::size_t>(b) * T * C3;
+    const char* k = q + es * C;
+    const char* v = q + es * 2 * C;
+    char* p = reinterpret_cast<char*>(att) + es * static_cast<std::size_t>(b) * NH * TT;
+    gemm_heads(false, true, T, T, HS, scale, q, C3, HS, k, C3, HS, 0.0f, p, ptype, T, TT, NH,
+               "attention scores");
+    if (g.bf16) {
+      causal_softmax_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
+          reinterpret_cast<bf16*>(p), T);
+    } else {
+      causal_softmax_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
+          reinterpret_cast<float*>(p), T);
+    }
+    launched("attention softmax");
+    float* o = out + static_cast<std::size_t>(b) * T * C;
+    gemm_heads(false, false, T, HS, T, 1.0f, p, T, TT, v, C3, HS, 0.0f, o, CUDA_R_32F, C, HS, NH,
+               "attention output");
+  }
+}
+
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int C, int NH) {
+  ready();
+  if (B == 0 || T == 0) return;
+  (void)scratch;
+  const int HS = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const long long TT = static_cast<long long>(T) * T;
+  const std::size_t es = g.bf16 ? sizeof(bf16) : sizeof(float);
+  // dP, then dS in place over it: fp32, or bf16 (as cuBLAS writes it at precision bf16)
+  if (g.bf16 && flash::takes(B, T, C, NH)) { // att holds what flash::forward kept (its qkv too)
+    const bf16* dout16 =
+        as_bf16(g.dout16, dout, static_cast<std::size_t>(B) * T, C, C, "attention_backward");
+    const bf16* qkv16 = flash::qkv_copy(att, B, T, C, NH);
+    if (qkv16 == nullptr) {
+      qkv16 = as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_backward");
+    }
+    float* rowdot =
+        grown<float>(g.rowdot, static_cast<std::size_t>(B) * NH * T, "attention_backward row sums");
+    flash::backward(dqkv, rowdot, dout, dout16, qkv16, att, B, T, C, NH, g.stream);
+    ++g.flash_calls;
+    return;
+  }
+  void* ds = nullptr;
+  const char* in = reinterpret_cast<const char*>(qkv);
+  const char* dy = reinterpret_cast<const char*>(dout);
+  if (g.bf16) {
+    ds = grown<bf16>(g.ds16, static_cast<std::size_t>(NH) * TT, "attention_backward scratch");
+    in = reinterpret_cast<const char*>(
+        as_bf16(g.qkv16, qkv, static_cast<std::size_t>(B) * T, C3, C3, "attention_backward"));
+    dy = reinterpret_cast<const char*>(
+        as_bf16(g.dout16, dout, static_cast<std::size_t>(B) * T, C, C, "attention_backward"));
+  } else {
+    ds = grown<float>(g.dp, static_cast<std::size_t>(NH) * TT, "attention_backward scratch");
+  }
+  const cudaDataType_t dstype = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  for (int b = 0; b < B; ++b) {
+    const std::size_t off = static_cast<std::size_t>(b) * T * C3;
+    const char* q = in + es * off;
+    const char* k = q + es * C;
+    const char* v = q + es * 2 * C;
+    float* dq = dqkv + off;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const char* p = reinterpret_cast<const char*>(att) + es * static_cast<std::size_t>(b) * NH * TT;
+    const char* d = dy + es * static_cast<std::size_t>(b) * T * C;
+    // dP = dout_h @ v^T ; dv = P^T @ dout_h
+    gemm_heads(false, true, T, T, HS, 1.0f, d, C, HS, v, C3, HS, 0.0f, ds, dstype, T, TT, NH,
+               "attention dP");
+    gemm_heads(true, false, T, HS, T, 1.0f, p, T, TT, d, C, HS, 0.0f, dv, CUDA_R_32F, C3, HS, NH,
+               "attention dv");
+    if (g.bf16) {
+      causal_softmax_backward_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
+          static_cast<bf16*>(ds), reinterpret_cast<const bf16*>(p), T);
+    } else {
+      causal_softmax_backward_k<<<static_cast<unsigned>(NH * T), kThreads, 0, g.stream>>>(
+          static_cast<float*>(ds), reinterpret_cast<const float*>(p), T);
+    }
+    launched("attention softmax backward");
+    // dq = scale dS @ k ; dk = scale dS^T @ q
+    gemm_heads(false, false, T, HS, T, scale, ds, T, TT, k, C3, HS, 0.0f, dq, CUDA_R_32F, C3, HS,
+               NH, "attention dq");
+    gemm_heads(true, false, T, HS, T, scale, ds, T, TT, q, C3, HS, 0.0f, dk, CUDA_R_32F, C3, HS, NH,
+               "attention dk");
+  }
+}
+
+} // namespace pt::cuda_ops

@@ -1,0 +1,185 @@
+// Elementwise ops and the embedding: encoder_forward/backward, GELU, add, accumulate, zero,
+// scale, and the sums of squares (sum_squares, sum_squares_each).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/cuda_common.cuh"
+#include "cuda/ops_cuda.hpp"
+
+namespace pt::cuda_ops {
+using namespace detail;
+
+namespace {
+
+constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+__global__ void encoder_forward_k(float* out, const int32_t* tokens, const float* wte,
+                                  const float* wpe, int BT, int T, int C, int v_begin, int v_end) {
+  const std::size_t total = static_cast<std::size_t>(BT) * C;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    const int t = static_cast<int>(bt % T);
+    const int tok = tokens[bt];
+    float o = 0.0f;
+    if (tok >= v_begin && tok < v_end) o = wte[static_cast<std::size_t>(tok - v_begin) * C + c];
+    if (wpe != nullptr) o += wpe[static_cast<std::size_t>(t) * C + c];
+    out[i] = o;
+  }
+}
+
+__global__ void encoder_backward_k(float* dwte, float* dwpe, const float* dout,
+                                   const int32_t* tokens, int BT, int T, int C, int v_begin,
+                                   int v_end) {
+  const std::size_t total = static_cast<std::size_t>(BT) * C;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    const int tok = tokens[bt];
+    const float d = dout[i];
+    if (tok >= v_begin && tok < v_end) {
+      atomicAdd(dwte + static_cast<std::size_t>(tok - v_begin) * C + c, d);
+    }
+    if (dwpe != nullptr) atomicAdd(dwpe + (bt % T) * C + c, d);
+  }
+}
+
+// ---- elementwise maps: out[i] = f(a[i], b[i]) (b absent: f(a[i], 0)), 4 floats at a time where
+// n and every pointer allow it (one 16-byte load per operand: fewer instructions in flight per
+// byte, which is what these memory-bound loops wait on)
+
+struct Gelu { // tanh approximation, as the host and GPT-2
+  __device__ float operator()(float x, float) const {
+    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    return 0.5f * x * (1.0f + t);
+  }
+};
+
+struct GeluGrad { // d gelu(x) / dx times the incoming gradient d
+  __device__ float operator()(float x, float d) const {
+    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    return d * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+};
+
+struct Axpby { // add: 1, 1; accumulate: out = x = acc; scale: b = 0, no y
+  float a, b;
+  __device__ float operator()(float x, float y) const { return a * x + b * y; }
+};
+
+template <class F>
+__global__ void map_k(float* out, const float* a, const float* b, std::size_t n, F f) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    out[i] = f(a[i], b != nullptr ? b[i] : 0.0f);
+  }
+}
+
+template <class F>
+__global__ void map4_k(float4* out, const float4* a, const float4* b, std::size_t n4, F f) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float4 x = a[i], y = b != nullptr ? b[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    out[i] = make_float4(f(x.x, y.x), f(x.y, y.y), f(x.z, y.z), f(x.w, y.w));
+  }
+}
+
+__global__ void sum_squares_k(double* total, const float* x, std::size_t n) {
+  __shared__ float shared[32];
+  float s = 0.0f; // per thread in float, blocks summed in double (as the host's chunks)
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    s += x[i] * x[i];
+  }
+  s = block_reduce<false>(s, shared);
+  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(s));
+}
+
+} // namespace
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C, int v_begin, int v_end) {
+  ready();
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  encoder_forward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, tokens, wte, wpe, B * T, T, C,
+                                                              v_begin, v_end);
+  launched("encoder_forward");
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                      int T, int C, int v_begin, int v_end) {
+  ready();
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  encoder_backward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dwte, dwpe, dout, tokens, B * T, T,
+                                                               C, v_begin, v_end);
+  launched("encoder_backward");
+}
+
+template <class F>
+void map(float* out, const float* a, const float* b, std::size_t n, F f, const char* what) {
+  ready();
+  if (by4(n, {out, a, b})) {
+    map4_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
+        reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(a),
+        reinterpret_cast<const float4*>(b), n / 4, f);
+  } else {
+    map_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, a, b, n, f);
+  }
+  launched(what);
+}
+
+void gelu_forward(float* out, const float* inp, std::size_t n) {
+  map(out, inp, nullptr, n, Gelu{}, "gelu_forward");
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  map(dinp, inp, dout, n, GeluGrad{}, "gelu_backward");
+}
+
+void add(float* out, const float* a, const float* b, std::size_t n) {
+  map(out, a, b, n, Axpby{1.0f, 1.0f}, "add");
+}
+
+void accumulate(float* acc, const float* x, std::size_t n) {
+  map(acc, acc, x, n, Axpby{1.0f, 1.0f}, "accumulate");
+}
+
+void zero(float* x, std::size_t n) {
+  ready();
+  check(cudaMemsetAsync(x, 0, n * sizeof(float), g.stream), "zero");
+}
+
+void scale(float* x, float s, std::size_t n) {
+  map(x, x, nullptr, n, Axpby{s, 0.0f}, "scale");
+}
+
+void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
+                      const std::size_t* sizes, int count) {
+  ready();
+  if (count <= 0) return;
+  const auto n = static_cast<std::size_t>(count);
+  double* d = grown<double>(g.sums, n, "sum_squares_each");
+  check(cudaMemsetAsync(d, 0, n * sizeof(double), g.stream), "sum_squares_each");
+  for (std::size_t i = 0; i < n; ++i) {
+    sum_squares_k<<<std::min(blocks_for(sizes[i]), 1024u), kThreads, 0, g.stream>>>(
+        d + i, x + offsets[i], sizes[i]);
+  }
+  launched("sum_squares_each");
+  to_host(out, d, n * sizeof(double)); // the one wait
+}
+
+double sum_squares(const float* x, std::size_t n) {
+  const std::size_t offset = 0;
+  double total = 0.0;
+  sum_squares_each(&total, x, &offset, &n, 1);
+  return total;
+}
+
+} // namespace pt::cuda_ops

@@ -1,0 +1,214 @@
+#include "comm/grad_sync.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <map>
+
+#include "comm/watchdog.hpp"
+#include "util/errors.hpp"
+
+namespace pt {
+
+std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t bucket_floats) {
+  const std::size_t cap = bucket_floats > 0 ? bucket_floats : SIZE_MAX;
+  std::vector<GradBucket> out;
+  // [lo, hi) pieces of at most `cap` floats, ready with `layer`
+  auto emit = [&](std::size_t lo, std::size_t hi, int layer) {
+    for (std::size_t b = lo; b < hi; b += std::min(cap, hi - b)) {
+      out.push_back(GradBucket{b, std::min(cap, hi - b), layer});
+    }
+  };
+  std::map<int, std::pair<std::size_t, std::size_t>, std::greater<>> layers; // last layer first
+  std::vector<std::pair<std::size_t, std::size_t>> edges;
+  for (const ParamTensor& t : layout.tensors()) {
+    // with the alignment padding, so that neighbouring tensors' ranges touch
+    const std::size_t lo = t.offset, hi = t.offset + (t.size + 15) / 16 * 16;
+    if (t.layer < 0) {
+      if (!edges.empty() && edges.back().second == lo && hi - edges.back().first <= cap) {
+        edges.back().second = hi;
+      } else {
+        edges.emplace_back(lo, hi);
+      }
+      continue;
+    }
+    auto [it, fresh] = layers.try_emplace(t.layer, lo, hi);
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, lo);
+      it->second.second = std::max(it->second.second, hi);
+    }
+  }
+  // consecutive layers are adjacent in the buffer: grow a bucket downwards while it fits
+  bool open = false;
+  std::size_t lo = 0, hi = 0;
+  int ready = -1;
+  for (const auto& [layer, range] : layers) {
+    const std::size_t size = range.second - range.first;
+    if (open && (hi - range.first > cap || range.second != lo)) {
+      emit(lo, hi, ready);
+      open = false;
+    }
+    if (!open) {
+      hi = range.second;
+      open = true;
+    }
+    lo = range.first;
+    ready = layer;
+    if (size >= cap) { // a layer larger than a bucket gets buckets of its own
+      emit(lo, hi, ready);
+      open = false;
+    }
+  }
+  if (open) emit(lo, hi, ready);
+  for (const auto& [elo, ehi] : edges) emit(elo, ehi, -1);
+  return out;
+}
+
+GradSync::GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp,
+                   const std::string& mode, AllreduceOptions opt, const Backend& be,
+                   std::unique_ptr<cuda::NcclComm> nccl)
+    : grads_(grads), buckets_(std::move(buckets)), launched_(buckets_.size(), 0),
+      mode_(nccl ? "nccl" : mode), watchdog_(opt.watchdog), be_(be), nccl_(std::move(nccl)) {
+  if (nccl_) return;    // no MPI communicator, reducer, thread or host copies
+  if (!be_.on_host()) { // MPI reduces host copies of the buckets (docs/cuda.md)
+    std::size_t extent = 0;
+    for (const GradBucket& k : buckets_) extent = std::max(extent, k.offset + k.count);
+    host_.assign(extent, 0.0f);
+  }
+  if (mode_ == "none") {
+    comm_ = dp;
+  } else {
+    PT_MPI(MPI_Comm_dup(dp, &comm_));
+  }
+  if (mode_ != "poll") reducer_ = std::make_unique<Allreducer>(comm_, opt);
+  if (mode_ == "thread") thread_ = std::thread([this] { worker(); });
+}
+
+GradSync::~GradSync() {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  reducer_.reset();
+  if (mode_ != "none" && mode_ != "nccl" && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+float* GradSync::stage_out(std::size_t b) {
+  const GradBucket& k = buckets_[b];
+  if (host_.empty()) return grads_ + k.offset;
+  be_.copy(host_.data() + k.offset, grads_ + k.offset, k.count * sizeof(float));
+  be_.synchronize();
+  return host_.data() + k.offset;
+}
+
+void GradSync::worker() {
+  for (;;) {
+    std::size_t b = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return; // stop_
+      b = queue_.front();
+      queue_.pop_front();
+    }
+    const double t0 = MPI_Wtime();
+    try {
+      if (!error_) reducer_->sum(reduced(b), buckets_[b].count);
+    } catch (...) {
+      error_ = std::current_exception(); // rethrown by finish() on the trainer's thread
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_s_ += MPI_Wtime() - t0;
+    ++done_;
+    cv_.notify_all();
+  }
+}
+
+void GradSync::launch(std::size_t b) {
+  launched_[b] = 1;
+  const GradBucket& k = buckets_[b];
+  if (nccl_) {
+    nccl_->sum(grads_ + k.offset, k.count); // queued after the backward's ops so far
+    return;
+  }
+  float* data = stage_out(b);
+  if (mode_ == "thread") {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(b);
+      ++queued_;
+    }
+    cv_.notify_all();
+  } else if (mode_ == "poll") {
+    MPI_Request req;
+    PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(k.count), MPI_FLOAT, MPI_SUM, comm_,
+                          &req));
+    requests_.push_back(req);
+  }
+  // none: finish() reduces it
+}
+
+void GradSync::layer_done(int layer) {
+  if (mode_ == "none") return;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    if (!launched_[b] && buckets_[b].ready_layer >= 0 && buckets_[b].ready_layer >= layer) {
+      launch(b);
+      ++early_;
+    }
+  }
+  poll();
+}
+
+void GradSync::poll() {
+  if (mode_ != "poll" || requests_.empty()) return;
+  int flag = 0;
+  PT_MPI(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
+                     MPI_STATUSES_IGNORE));
+}
+
+void GradSync::finish(GradSyncStats& stats) {
+  const double t0 = MPI_Wtime();
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    if (launched_[b]) continue;
+    if (mode_ == "none") {
+      reducer_->sum(stage_out(b), buckets_[b].count);
+    } else {
+      launch(b);
+    }
+  }
+  if (mode_ == "thread") {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_ == queued_; });
+    stats.busy_s += busy_s_;
+    busy_s_ = 0.0;
+  } else if (nccl_) {
+    nccl_->wait();
+  } else if (mode_ == "poll") {
+    for (MPI_Request& r : requests_) {
+      if (watchdog_ != nullptr) {
+        watchdog_->wait(r, "the data-parallel gradient all-reduce (comm.overlap = \"poll\")");
+      } else {
+        PT_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
+      }
+    }
+    requests_.clear();
+  }
+  if (!host_.empty() && !error_) {
+    for (const GradBucket& k : buckets_) {
+      be_.copy(grads_ + k.offset, host_.data() + k.offset, k.count * sizeof(float));
+    }
+    be_.synchronize();
+  }
+  const double waited = MPI_Wtime() - t0;
+  stats.exposed_s += waited;
+  if (mode_ != "thread") stats.busy_s += waited;
+  stats.buckets_early += early_;
+  early_ = 0;
+  std::fill(launched_.begin(), launched_.end(), 0);
+  if (error_) std::rethrow_exception(error_);
+}
+
+} // namespace pt

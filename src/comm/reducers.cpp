@@ -1,0 +1,188 @@
+#include "comm/reducers.hpp"
+
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "cuda/device_query.hpp"
+#include "parallel/layout.hpp"
+#include "util/errors.hpp"
+#include "util/test_hooks.hpp"
+
+namespace pt {
+namespace {
+
+// MPI_Allreduce under the watchdog: in place on host memory, or on a host copy of a GPU
+// backend's memory (MPI sees host memory only, whatever its single-copy mechanism).
+class MpiReducer final : public GroupReducer {
+public:
+  MpiReducer(MPI_Comm comm, std::string what, const Watchdog& watchdog, const Backend& be)
+      : comm_(comm), what_(std::move(what)), watchdog_(watchdog), be_(be) {
+    PT_MPI(MPI_Comm_rank(comm_, &rank_));
+  }
+  void sum(float* x, std::size_t n) override { reduce(x, n, MPI_SUM); }
+  void max(float* x, std::size_t n) override { reduce(x, n, MPI_MAX); }
+
+private:
+  void reduce(float* x, std::size_t n, MPI_Op op) {
+    if (test_hooks().withhold_tp && rank_ == 1 && !withheld_ &&
+        what_.find("tensor-parallel") != std::string::npos) {
+      withheld_ = true; // test-only: this rank never joins; the others' watchdog must name it
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    float* data = x;
+    if (!be_.on_host()) {
+      host_.resize(n);
+      be_.copy(host_.data(), x, n * sizeof(float));
+      be_.synchronize();
+      data = host_.data();
+    }
+    watchdog_.allreduce(data, static_cast<int>(n), MPI_FLOAT, op, comm_, what_);
+    if (!be_.on_host()) {
+      be_.copy(x, host_.data(), n * sizeof(float));
+      be_.synchronize();
+    }
+  }
+
+  MPI_Comm comm_;
+  std::string what_;
+  const Watchdog& watchdog_;
+  const Backend& be_;
+  int rank_ = 0;
+  bool withheld_ = false;
+  std::vector<float> host_; // GPU backend: the host copy MPI reduces
+};
+
+// NCCL on device memory, queued on the backend's stream in order with the ops.
+class NcclReducer final : public GroupReducer {
+public:
+  explicit NcclReducer(std::unique_ptr<cuda::NcclComm> nccl) : nccl_(std::move(nccl)) {}
+  void sum(float* x, std::size_t n) override { nccl_->sum(x, n); }
+  void max(float* x, std::size_t n) override { nccl_->max(x, n); }
+
+private:
+  std::unique_ptr<cuda::NcclComm> nccl_;
+};
+
+} // namespace
+
+std::unique_ptr<GroupReducer> make_reducer(MPI_Comm comm, const std::string& what,
+                                           const Watchdog& watchdog, const Backend& be,
+                                           std::unique_ptr<cuda::NcclComm> nccl) {
+  if (nccl) return std::make_unique<NcclReducer>(std::move(nccl));
+  return std::make_unique<MpiReducer>(comm, what, watchdog, be);
+}
+
+std::pair<int, int> physical_node(MPI_Comm world) {
+  MPI_Comm node = MPI_COMM_NULL;
+  PT_MPI(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int rank = 0, size = 1;
+  PT_MPI(MPI_Comm_rank(node, &rank));
+  PT_MPI(MPI_Comm_size(node, &size));
+  PT_MPI(MPI_Comm_free(&node));
+  return {rank, size};
+}
+
+bool use_nccl(const std::string& key, const std::string& want, const RunConfig& cfg, MPI_Comm world,
+              std::string& why) {
+  if (cfg.device.kind != "cuda" || want == "mpi") {
+    why = want == "mpi" ? key + " = \"mpi\"" : "device.kind = \"" + cfg.device.kind + "\"";
+    return false;
+  }
+  const int on_node = physical_node(world).second;
+  std::string ignored;
+  int ok = 1, most = on_node, gpus = cuda::device_count(ignored);
+  if (!cuda::nccl_compiled()) {
+    ok = 0;
+    why = "this pipetrain was built without NCCL";
+  } else if (on_node > gpus) {
+    ok = 0;
+  }
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, world));
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, world));
+  if (ok == 1) return true;
+  if (why.empty()) {
+    why = std::to_string(most) + " ranks share a node's GPUs, and NCCL needs one GPU per rank";
+  }
+  std::optional<Error> err;
+  if (want == "nccl") {
+    err = input_error(key + " = \"nccl\": " + why + "; use " + key +
+                      "=\"mpi\" (host-staged MPI) or one rank per GPU");
+  }
+  agree(world, err);
+  return false;
+}
+
+std::unique_ptr<cuda::NcclComm> make_nccl(MPI_Comm group, bool side_stream, MPI_Comm world) {
+  int rank = 0, size = 1;
+  PT_MPI(MPI_Comm_rank(group, &rank));
+  PT_MPI(MPI_Comm_size(group, &size));
+  std::optional<Error> err;
+  cuda::NcclId id{};
+  int made = 1;
+  if (rank == 0) {
+    try {
+      id = cuda::nccl_unique_id();
+    } catch (const std::exception& e) {
+      made = 0;
+      err = input_error(std::string("NCCL: ") + e.what() + "; use comm.gpu_collectives=\"mpi\"");
+    }
+  }
+  PT_MPI(MPI_Bcast(&made, 1, MPI_INT, 0, group));
+  PT_MPI(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_CHAR, 0, group));
+  std::unique_ptr<cuda::NcclComm> comm;
+  if (made == 1) {
+    try {
+      comm = std::make_unique<cuda::NcclComm>(id, size, rank, side_stream);
+    } catch (const std::exception& e) {
+      err = input_error(std::string("NCCL could not make a communicator: ") + e.what() +
+                        "; use comm.gpu_collectives=\"mpi\"");
+    }
+  }
+  agree(world, err);
+  return comm;
+}
+
+std::vector<std::unique_ptr<cuda::NcclLink>> make_nccl_links(const schedule::Schedule& sched,
+                                                             const Layout& layout) {
+  const int me = layout.coords().pp;
+  const std::vector<schedule::Channel> channels = schedule::channels(sched);
+  std::vector<std::unique_ptr<cuda::NcclLink>> links(channels.size());
+  std::optional<Error> err;
+  for (std::size_t i = 0; i < channels.size(); ++i) {
+    const schedule::Channel& c = channels[i];
+    if (c.from != me && c.to != me) continue;
+    const bool sender = c.from == me;
+    const int peer = sender ? c.to : c.from;
+    cuda::NcclId id{};
+    if (sender && !err) {
+      try {
+        id = cuda::nccl_unique_id();
+      } catch (const std::exception& e) {
+        err = input_error(std::string("NCCL: ") + e.what() + "; use comm.gpu_p2p=\"mpi\"");
+      }
+    }
+    int mine = err ? 0 : 1, theirs = 0;
+    PT_MPI(MPI_Sendrecv(&mine, 1, MPI_INT, peer, 0, &theirs, 1, MPI_INT, peer, 0, layout.pp_comm(),
+                        MPI_STATUS_IGNORE));
+    if (mine == 0 || theirs == 0) continue;
+    if (sender) {
+      PT_MPI(MPI_Send(id.data(), static_cast<int>(id.size()), MPI_CHAR, peer, 0, layout.pp_comm()));
+    } else {
+      PT_MPI(MPI_Recv(id.data(), static_cast<int>(id.size()), MPI_CHAR, peer, 0, layout.pp_comm(),
+                      MPI_STATUS_IGNORE));
+    }
+    try {
+      links[i] = std::make_unique<cuda::NcclLink>(id, sender);
+    } catch (const std::exception& e) {
+      err = input_error(std::string("NCCL could not link pipeline ranks ") +
+                        std::to_string(c.from) + " -> " + std::to_string(c.to) + ": " + e.what() +
+                        "; use comm.gpu_p2p=\"mpi\"");
+    }
+  }
+  agree(layout.world(), err);
+  return links;
+}
+
+} // namespace pt

@@ -1,0 +1,34 @@
+// What the modes of pipetrain-bench share: flags, sizes printed for people, the topology model
+// from the flags, and the ranks per node.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/topology.hpp"
+
+namespace bench {
+
+struct Args {
+  std::vector<std::string> rest;
+  std::string get(const std::string& flag, const std::string& fallback) const;
+  // a non-negative number (std::invalid_argument naming the flag otherwise)
+  double num(const std::string& flag, double fallback) const;
+};
+
+std::string human(double bytes); // "8 B", "4 KiB", "16 MiB"
+
+// --topology T | --calibration F for a group spread over `nodes` nodes
+pt::Topology topology_from(const Args& a, int nodes);
+
+// Ranks per node: --ranks-per-node, or the size of this rank's shared-memory group when every
+// node holds the same number of ranks (else 1).
+int ranks_per_node(const Args& a, MPI_Comm comm);
+
+int bench_allreduce(const Args& a);
+int simulate(const Args& a);
+int calibrate(const Args& a);
+
+} // namespace bench
