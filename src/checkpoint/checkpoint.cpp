@@ -16,8 +16,8 @@
 #include <sstream>
 
 #include "util/errors.hpp"
-#include "util/test_hooks.hpp"
 #include "util/hash.hpp"
+#include "util/test_hooks.hpp"
 
 namespace pt {
 namespace {
@@ -267,8 +267,7 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards 
     // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
     const int kill_at = test_hooks().kill_in_checkpoint;
     for (int sec = 0; sec < 3; ++sec) {
-      if (sec == 1 && kill_at == state.step &&
-          layout.rank() == layout.size() - 1) {
+      if (sec == 1 && kill_at == state.step && layout.rank() == layout.size() - 1) {
         std::raise(SIGKILL);
       }
       for (const ParamTensor& gt : whole.tensors()) {
@@ -348,7 +347,7 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards 
     ok &= write_attr(lay.get(), "dp", H5T_NATIVE_INT, &dims[1], 1);
     ok &= write_attr(lay.get(), "tp", H5T_NATIVE_INT, &dims[2], 1);
     ok &= write_attr(lay.get(), "virtual_stages", H5T_NATIVE_INT, &cfg.parallel.virtual_stages, 1);
-    ok &= write_string_attr(lay.get(), "partition", cfg.parallel.partition);
+    ok &= write_string_attr(lay.get(), "partition", name(cfg.parallel.partition));
     ok &= write_attr(lay.get(), "layers", H5T_NATIVE_INT, partition.data(),
                      static_cast<hsize_t>(partition.size()));
     lay.reset();

@@ -203,9 +203,7 @@ void rabenseifner_allreduce(float* buf, std::size_t n, const ReduceComm& c,
 
 std::optional<AllreduceAlgo> parse_allreduce(const std::string& name) {
   if (name == "auto") return std::nullopt;
-  for (AllreduceAlgo a :
-       {AllreduceAlgo::mpi, AllreduceAlgo::ring, AllreduceAlgo::recursive_doubling,
-        AllreduceAlgo::rabenseifner, AllreduceAlgo::hierarchical, AllreduceAlgo::torus2d}) {
+  for (AllreduceAlgo a : kAllreduceAlgos) {
     if (name == algorithm_name(a)) return a;
   }
   throw std::invalid_argument("unknown all-reduce algorithm \"" + name + "\"");

@@ -63,24 +63,23 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t buck
   return out;
 }
 
-GradSync::GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp,
-                   const std::string& mode, AllreduceOptions opt, const Backend& be,
-                   std::unique_ptr<cuda::NcclComm> nccl)
-    : grads_(grads), buckets_(std::move(buckets)), launched_(buckets_.size(), 0),
-      mode_(nccl ? "nccl" : mode), watchdog_(opt.watchdog), be_(be), nccl_(std::move(nccl)) {
+GradSync::GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp, Overlap overlap,
+                   AllreduceOptions opt, const Backend& be, std::unique_ptr<cuda::NcclComm> nccl)
+    : grads_(grads), buckets_(std::move(buckets)), launched_(buckets_.size(), 0), overlap_(overlap),
+      watchdog_(opt.watchdog), be_(be), nccl_(std::move(nccl)) {
   if (nccl_) return;    // no MPI communicator, reducer, thread or host copies
   if (!be_.on_host()) { // MPI reduces host copies of the buckets (docs/cuda.md)
     std::size_t extent = 0;
     for (const GradBucket& k : buckets_) extent = std::max(extent, k.offset + k.count);
     host_.assign(extent, 0.0f);
   }
-  if (mode_ == "none") {
+  if (overlap_ == Overlap::none) {
     comm_ = dp;
   } else {
     PT_MPI(MPI_Comm_dup(dp, &comm_));
   }
-  if (mode_ != "poll") reducer_ = std::make_unique<Allreducer>(comm_, opt);
-  if (mode_ == "thread") thread_ = std::thread([this] { worker(); });
+  if (overlap_ != Overlap::poll) reducer_ = std::make_unique<Allreducer>(comm_, opt);
+  if (overlap_ == Overlap::thread) thread_ = std::thread([this] { worker(); });
 }
 
 GradSync::~GradSync() {
@@ -93,7 +92,7 @@ GradSync::~GradSync() {
     thread_.join();
   }
   reducer_.reset();
-  if (mode_ != "none" && mode_ != "nccl" && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (!nccl_ && overlap_ != Overlap::none && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 float* GradSync::stage_out(std::size_t b) {
@@ -135,14 +134,14 @@ void GradSync::launch(std::size_t b) {
     return;
   }
   float* data = stage_out(b);
-  if (mode_ == "thread") {
+  if (overlap_ == Overlap::thread) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(b);
       ++queued_;
     }
     cv_.notify_all();
-  } else if (mode_ == "poll") {
+  } else if (overlap_ == Overlap::poll) {
     MPI_Request req;
     PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(k.count), MPI_FLOAT, MPI_SUM, comm_,
                           &req));
@@ -152,7 +151,7 @@ void GradSync::launch(std::size_t b) {
 }
 
 void GradSync::layer_done(int layer) {
-  if (mode_ == "none") return;
+  if (!nccl_ && overlap_ == Overlap::none) return;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (!launched_[b] && buckets_[b].ready_layer >= 0 && buckets_[b].ready_layer >= layer) {
       launch(b);
@@ -163,7 +162,7 @@ void GradSync::layer_done(int layer) {
 }
 
 void GradSync::poll() {
-  if (mode_ != "poll" || requests_.empty()) return;
+  if (overlap_ != Overlap::poll || requests_.empty()) return;
   int flag = 0;
   PT_MPI(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
                      MPI_STATUSES_IGNORE));
@@ -173,20 +172,20 @@ void GradSync::finish(GradSyncStats& stats) {
   const double t0 = MPI_Wtime();
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (launched_[b]) continue;
-    if (mode_ == "none") {
+    if (!nccl_ && overlap_ == Overlap::none) {
       reducer_->sum(stage_out(b), buckets_[b].count);
     } else {
       launch(b);
     }
   }
-  if (mode_ == "thread") {
+  if (nccl_) {
+    nccl_->wait();
+  } else if (overlap_ == Overlap::thread) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_ == queued_; });
     stats.busy_s += busy_s_;
     busy_s_ = 0.0;
-  } else if (nccl_) {
-    nccl_->wait();
-  } else if (mode_ == "poll") {
+  } else if (overlap_ == Overlap::poll) {
     for (MPI_Request& r : requests_) {
       if (watchdog_ != nullptr) {
         watchdog_->wait(r, "the data-parallel gradient all-reduce (comm.overlap = \"poll\")");
@@ -204,7 +203,7 @@ void GradSync::finish(GradSyncStats& stats) {
   }
   const double waited = MPI_Wtime() - t0;
   stats.exposed_s += waited;
-  if (mode_ != "thread") stats.busy_s += waited;
+  if (nccl_ || overlap_ != Overlap::thread) stats.busy_s += waited;
   stats.buckets_early += early_;
   early_ = 0;
   std::fill(launched_.begin(), launched_.end(), 0);

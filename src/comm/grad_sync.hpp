@@ -8,7 +8,7 @@
 //           MPI_Testall between layers and actions
 // With a GPU backend (on_host() false) each bucket is copied to a host buffer when it starts,
 // MPI reduces the copy, and finish() copies the sums back; or, given an NCCL communicator
-// (mode "nccl", comm.gpu_collectives), each bucket is reduced in device memory on the
+// (mode() "nccl", comm.gpu_collectives), each bucket is reduced in device memory on the
 // communicator's side stream as it starts, and finish() waits for that stream.
 // Blocks' buckets may start during the backward; the embedding, final norm and head are
 // reduced at finish(), after the tied head's share has been folded in.
@@ -27,6 +27,7 @@
 
 #include "backend.hpp"
 #include "comm/allreduce.hpp"
+#include "config/enums.hpp"
 #include "cuda/nccl.hpp"
 #include "model/param_layout.hpp"
 
@@ -51,8 +52,8 @@ struct GradSyncStats {
 class GradSync {
 public:
   // grads: the chunk's gradient buffer in be's memory (must outlive this). Collective over dp
-  // (dups it).
-  GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp, const std::string& mode,
+  // (dups it). With nccl, overlap is ignored: buckets go to NCCL as they become final.
+  GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp, Overlap overlap,
            AllreduceOptions opt, const Backend& be = host_backend(),
            std::unique_ptr<cuda::NcclComm> nccl = nullptr);
   ~GradSync();
@@ -65,7 +66,8 @@ public:
   void poll();
   // Launches what is left, waits for all buckets, resets for the next step.
   void finish(GradSyncStats& stats);
-  const std::string& mode() const { return mode_; }
+  // comm.overlap's name, or "nccl"
+  const char* mode() const { return nccl_ ? "nccl" : name(overlap_); }
   // The bucket reducer (none in poll mode, which uses MPI_Iallreduce, and with NCCL).
   const Allreducer* reducer() const { return reducer_.get(); }
 
@@ -81,7 +83,7 @@ private:
   float* grads_;
   std::vector<GradBucket> buckets_;
   std::vector<char> launched_;
-  std::string mode_;
+  Overlap overlap_;
   const Watchdog* watchdog_ = nullptr;
   const Backend& be_;
   std::vector<float> host_; // GPU backend with MPI: host copies of the buckets

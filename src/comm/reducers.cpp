@@ -84,10 +84,12 @@ std::pair<int, int> physical_node(MPI_Comm world) {
   return {rank, size};
 }
 
-bool use_nccl(const std::string& key, const std::string& want, const RunConfig& cfg, MPI_Comm world,
+bool use_nccl(const std::string& key, GpuTransport want, const RunConfig& cfg, MPI_Comm world,
               std::string& why) {
-  if (cfg.device.kind != "cuda" || want == "mpi") {
-    why = want == "mpi" ? key + " = \"mpi\"" : "device.kind = \"" + cfg.device.kind + "\"";
+  if (cfg.device.kind != DeviceKind::cuda || want == GpuTransport::mpi) {
+    why = want == GpuTransport::mpi
+              ? key + " = \"mpi\""
+              : "device.kind = \"" + std::string(name(cfg.device.kind)) + "\"";
     return false;
   }
   const int on_node = physical_node(world).second;
@@ -106,7 +108,7 @@ bool use_nccl(const std::string& key, const std::string& want, const RunConfig& 
     why = std::to_string(most) + " ranks share a node's GPUs, and NCCL needs one GPU per rank";
   }
   std::optional<Error> err;
-  if (want == "nccl") {
+  if (want == GpuTransport::nccl) {
     err = input_error(key + " = \"nccl\": " + why + "; use " + key +
                       "=\"mpi\" (host-staged MPI) or one rank per GPU");
   }

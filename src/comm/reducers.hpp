@@ -31,11 +31,11 @@ std::unique_ptr<GroupReducer> make_reducer(MPI_Comm comm, const std::string& wha
 std::pair<int, int> physical_node(MPI_Comm world);
 
 // comm.gpu_collectives (dp/tp reductions) or comm.gpu_p2p (pipeline messages), named by `key`,
-// asking for `want` (auto | nccl | mpi): whether a GPU backend's traffic of that kind goes
+// asking for `want`: whether a GPU backend's traffic of that kind goes
 // through NCCL. False sets `why` to the reason. NCCL needs a build with it and a GPU of its own
 // for every rank (it refuses two ranks of a communicator on one GPU); an explicit "nccl" that
 // cannot be met is an input error, agreed by all ranks.
-bool use_nccl(const std::string& key, const std::string& want, const RunConfig& cfg, MPI_Comm world,
+bool use_nccl(const std::string& key, GpuTransport want, const RunConfig& cfg, MPI_Comm world,
               std::string& why);
 
 // One NCCL communicator over the ranks of `group` (collective over it): its rank 0 makes the

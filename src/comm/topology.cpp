@@ -212,24 +212,6 @@ double LinkCost::message(double bytes) const {
   return interpolate(bytes, table_bytes, table_s, beta);
 }
 
-const char* algorithm_name(AllreduceAlgo algo) {
-  switch (algo) {
-  case AllreduceAlgo::mpi:
-    return "mpi";
-  case AllreduceAlgo::ring:
-    return "ring";
-  case AllreduceAlgo::recursive_doubling:
-    return "recursive-doubling";
-  case AllreduceAlgo::rabenseifner:
-    return "rabenseifner";
-  case AllreduceAlgo::hierarchical:
-    return "hierarchical";
-  case AllreduceAlgo::torus2d:
-    return "torus2d";
-  }
-  return "?";
-}
-
 Topology topology_preset(const std::string& name) {
   if (name == "fat-tree") return Topology{name, kSharedMemory, kInfiniBandHdr, true};
   if (name == "tianhe") return Topology{name, kSharedMemory, kTianhe2A, true};

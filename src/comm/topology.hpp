@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace pt {
+#include "config/enums.hpp"
 
-enum class AllreduceAlgo { mpi, ring, recursive_doubling, rabenseifner, hierarchical, torus2d };
+namespace pt {
 
 struct LinkCost {
   double alpha = 0.0; // s per message
@@ -66,8 +66,6 @@ double bandwidth_bound(double bytes, int p, int node_size, const Topology& t);
 // The algorithms "auto" chooses from, and its choice: the least modelled time.
 const std::vector<AllreduceAlgo>& modelled_algorithms();
 AllreduceAlgo choose_algorithm(double bytes, int p, int node_size, const Topology& t);
-
-const char* algorithm_name(AllreduceAlgo algo);
 
 // Columns of the near-square grid torus2d uses: p / (the largest divisor of p <= sqrt(p)).
 int grid_columns(int p);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <set>
@@ -185,6 +186,19 @@ public:
     return v;
   }
 
+  // A string key naming one of `values` (spelled as name() gives them), as its enum.
+  template <class E>
+  E get_enum(const std::string& sec, const std::string& key, E def,
+             std::initializer_list<E> values) {
+    std::vector<std::string> allowed;
+    for (E v : values) allowed.push_back(name(v));
+    const std::string s = get_string(sec, key, std::string(name(def)), allowed);
+    for (E v : values) {
+      if (s == name(v)) return v;
+    }
+    return def; // not reached: get_string accepts only `allowed`
+  }
+
   const toml::node* raw(const std::string& sec, const std::string& key) { return use(sec, key); }
 
   // Unknown sections and keys are errors, with the nearest known name as a hint.
@@ -331,11 +345,12 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.parallel.tp = static_cast<int>(r.get_int("parallel", "tp", 1, 1, 65536));
   c.parallel.dp = static_cast<int>(r.get_int("parallel", "dp", 0, 0, 1 << 24));
   c.parallel.virtual_stages = static_cast<int>(r.get_int("parallel", "virtual_stages", 1, 1, 64));
-  c.parallel.schedule =
-      r.get_string("parallel", "schedule", "1f1b", {"gpipe", "1f1b", "interleaved", "zb-h1"});
+  c.parallel.schedule = r.get_enum("parallel", "schedule", ScheduleKind::one_f_one_b,
+                                   {ScheduleKind::gpipe, ScheduleKind::one_f_one_b,
+                                    ScheduleKind::interleaved, ScheduleKind::zb_h1});
   c.parallel.micro_batches = static_cast<int>(r.get_int("parallel", "micro_batches", 0, 0, kBig));
   if (const toml::node* p = r.raw("parallel", "partition"); p != nullptr && p->is_array()) {
-    c.parallel.partition = "explicit";
+    c.parallel.partition = PartitionKind::explicit_layers;
     for (const auto& e : *p->as_array()) {
       if (!e.is_integer() || *e.value<std::int64_t>() < 1) {
         r.fail("parallel", "partition",
@@ -347,7 +362,8 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
     }
   } else {
     c.parallel.partition =
-        r.get_string("parallel", "partition", "uniform", {"uniform", "params", "time"});
+        r.get_enum("parallel", "partition", PartitionKind::uniform,
+                   {PartitionKind::uniform, PartitionKind::params, PartitionKind::time});
   }
 
   // [train]
@@ -376,33 +392,44 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   }
 
   // [comm]
-  c.comm.allreduce = r.get_string(
-      "comm", "allreduce", "auto",
-      {"auto", "mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical", "torus2d"});
+  std::vector<std::string> algos = {"auto"};
+  for (AllreduceAlgo a : kAllreduceAlgos) algos.push_back(algorithm_name(a));
+  const std::string allreduce = r.get_string("comm", "allreduce", "auto", algos);
+  for (AllreduceAlgo a : kAllreduceAlgos) {
+    if (allreduce == algorithm_name(a)) c.comm.allreduce = a;
+  }
   c.comm.autotune = r.get_bool("comm", "autotune", true);
-  c.comm.topology =
-      r.get_string("comm", "topology", "auto", {"auto", "flat", "fat-tree", "tianhe"});
+  c.comm.topology = r.get_enum(
+      "comm", "topology", TopologyKind::automatic,
+      {TopologyKind::automatic, TopologyKind::flat, TopologyKind::fat_tree, TopologyKind::tianhe});
   c.comm.calibration = r.get_string("comm", "calibration", "");
-  if (!c.comm.calibration.empty() && c.comm.topology != "auto") {
+  if (!c.comm.calibration.empty() && c.comm.topology != TopologyKind::automatic) {
     r.fail("comm", "calibration",
-           "is given together with comm.topology = \"" + c.comm.topology +
+           "is given together with comm.topology = \"" + std::string(name(c.comm.topology)) +
                "\": the calibration file replaces the preset; remove one of the two");
   }
-  c.comm.overlap = r.get_string("comm", "overlap", "none", {"none", "thread", "poll"});
-  if (c.comm.overlap == "poll" && c.comm.allreduce != "mpi" && c.comm.allreduce != "auto") {
+  c.comm.overlap =
+      r.get_enum("comm", "overlap", Overlap::none, {Overlap::none, Overlap::thread, Overlap::poll});
+  if (c.comm.overlap == Overlap::poll && c.comm.allreduce &&
+      *c.comm.allreduce != AllreduceAlgo::mpi) {
     r.fail("comm", "overlap",
            "= \"poll\" reduces with MPI_Iallreduce, the library's non-blocking all-reduce, "
            "so it cannot run comm.allreduce = \"" +
-               c.comm.allreduce + "\"; use comm.overlap = \"thread\" for that algorithm");
+               allreduce + "\"; use comm.overlap = \"thread\" for that algorithm");
   }
-  c.comm.gpu_collectives = r.get_string("comm", "gpu_collectives", "auto", {"auto", "nccl", "mpi"});
-  c.comm.gpu_p2p = r.get_string("comm", "gpu_p2p", "mpi", {"mpi", "nccl"});
+  c.comm.gpu_collectives =
+      r.get_enum("comm", "gpu_collectives", GpuTransport::automatic,
+                 {GpuTransport::automatic, GpuTransport::nccl, GpuTransport::mpi});
+  c.comm.gpu_p2p =
+      r.get_enum("comm", "gpu_p2p", GpuTransport::mpi, {GpuTransport::mpi, GpuTransport::nccl});
   c.comm.bucket_mb = r.get_double("comm", "bucket_mb", 25.0, 0.0, 65536.0);
   c.comm.ranks_per_node = static_cast<int>(r.get_int("comm", "ranks_per_node", 0, 0, 1 << 20));
 
   // [device], [log], [runtime]
-  c.device.kind = r.get_string("device", "kind", "host", {"host", "cuda"});
-  c.device.precision = r.get_string("device", "precision", "fp32", {"fp32", "tf32", "bf16"});
+  c.device.kind =
+      r.get_enum("device", "kind", DeviceKind::host, {DeviceKind::host, DeviceKind::cuda});
+  c.device.precision = r.get_enum("device", "precision", Precision::fp32,
+                                  {Precision::fp32, Precision::tf32, Precision::bf16});
   c.device.blas_threads = static_cast<int>(r.get_int("device", "blas_threads", 0, 0, 1024));
   c.log.every = static_cast<int>(r.get_int("log", "every", 1, 1, kBig));
   c.log.dir = r.get_string("log", "dir", "runs");
@@ -478,19 +505,19 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
                std::to_string(c.train.micro_batch) + ": make global_batch a multiple of " +
                std::to_string(dp * c.train.micro_batch));
   }
-  if (c.device.kind == "host" && c.comm.gpu_collectives == "nccl") {
+  if (c.device.kind == DeviceKind::host && c.comm.gpu_collectives == GpuTransport::nccl) {
     r.fail("comm", "gpu_collectives",
            "= \"nccl\" needs device.kind = \"cuda\": NCCL reduces GPU memory, and the host "
            "backend's reductions are comm.allreduce's; remove the key or use device.kind=\"cuda\"");
   }
-  if (c.device.kind == "host" && c.comm.gpu_p2p == "nccl") {
+  if (c.device.kind == DeviceKind::host && c.comm.gpu_p2p == GpuTransport::nccl) {
     r.fail("comm", "gpu_p2p",
            "= \"nccl\" needs device.kind = \"cuda\": NCCL moves GPU memory between stages, and "
            "the host backend's stages talk MPI; remove the key or use device.kind=\"cuda\"");
   }
-  if (c.device.kind == "host" && c.device.precision != "fp32") {
+  if (c.device.kind == DeviceKind::host && c.device.precision != Precision::fp32) {
     r.fail("device", "precision",
-           "= \"" + c.device.precision +
+           "= \"" + std::string(name(c.device.precision)) +
                "\" needs device.kind = \"cuda\": the host backend computes in fp32 only; use "
                "device.precision=\"fp32\"");
   }

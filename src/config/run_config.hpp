@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "config/enums.hpp"
 
 namespace pt {
 
@@ -22,10 +25,10 @@ struct ParallelConfig {
   int dp = 0; // 0 in the deck: ranks / (pp*tp)
   int tp = 1;
   int virtual_stages = 1;
-  std::string schedule = "1f1b";
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int micro_batches = 0; // per pipeline per step; derived from the batch sizes
-  std::string partition = "uniform";
-  std::vector<int> partition_layers;  // explicit list, when partition is a list
+  PartitionKind partition = PartitionKind::uniform;
+  std::vector<int> partition_layers;  // explicit_layers: the deck's list
   bool allow_tp_across_nodes = false; // a tp group spanning nodes is an error unless set
 };
 
@@ -60,27 +63,27 @@ struct CheckpointConfig {
 };
 
 struct CommConfig {
-  std::string allreduce = "auto";
-  bool autotune = true;          // auto: measure the algorithms on the first calls of each size
-  std::string topology = "auto"; // auto | flat | fat-tree | tianhe
-  std::string calibration;       // a `pipetrain-bench calibrate` file (topology auto)
+  std::optional<AllreduceAlgo> allreduce; // nullopt: "auto"
+  bool autotune = true; // auto: measure the algorithms on the first calls of each size
+  TopologyKind topology = TopologyKind::automatic;
+  std::string calibration; // a `pipetrain-bench calibrate` file (topology auto)
   double bucket_mb = 25.0;
-  std::string overlap = "none"; // none | thread | poll: gradient reduction during backward
-  int ranks_per_node = 0;       // 0: detect from shared memory
+  Overlap overlap = Overlap::none; // gradient reduction during backward
+  int ranks_per_node = 0;          // 0: detect from shared memory
   // device.kind = "cuda": the dp/tp reductions through NCCL on device memory, or through MPI on
   // host copies; auto: NCCL where the build has it and no two ranks share a GPU
-  std::string gpu_collectives = "auto"; // auto | nccl | mpi
+  GpuTransport gpu_collectives = GpuTransport::automatic;
   // device.kind = "cuda": the pipeline's activations and gradients between stages through NCCL
   // send/receive on device memory, or through MPI on host copies (the default: the NCCL path
   // has not yet run on two GPUs; docs/cuda.md)
-  std::string gpu_p2p = "mpi"; // mpi | nccl
+  GpuTransport gpu_p2p = GpuTransport::mpi; // mpi | nccl (no auto)
 };
 
 struct DeviceConfig {
-  std::string kind = "host";
+  DeviceKind kind = DeviceKind::host;
   // matrix products: fp32 | tf32 | bf16 (bf16/tf32 tensor-core inputs with fp32 accumulation,
   // fp32 weights, activations and optimizer state; CUDA only)
-  std::string precision = "fp32";
+  Precision precision = Precision::fp32;
   int blas_threads = 0; // 0: cores per node / ranks per node
 };
 

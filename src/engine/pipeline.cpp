@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "util/errors.hpp"
 #include "util/test_hooks.hpp"
 
 namespace pt {
@@ -18,7 +17,8 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
     : cfg_(cfg), layout_(layout), sched_(sched), chunks_(chunks), watchdog_(watchdog),
       actions_(sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), p_(sched.p), v_(sched.v),
       me_(layout.coords().pp), N_(cfg.train.micro_batch * cfg.model.seq_len), C_(cfg.model.d_model),
-      links_(std::move(links)) {
+      transport_(layout.pp_comm(), sched, me_, watchdog, std::move(links),
+                 static_cast<std::size_t>(N_) * C_) {
   loss_scale_ = 1.0f / (static_cast<float>(N_) * sched.m * layout.dp());
   slots_.resize(static_cast<std::size_t>(v_));
   free_.resize(static_cast<std::size_t>(v_));
@@ -29,10 +29,9 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   // move backend memory itself.
   const Backend& be = chunks_.front()->backend();
   staged_ = !be.on_host();
-  for (const auto& l : links_) nccl_ = nccl_ || l != nullptr;
   const Memory mem{be.alloc, be.release};
-  const Memory msg_mem = nccl_ ? mem : Memory{};
-  const bool copies = staged_ && !nccl_;
+  const Memory msg_mem = transport_.device() ? mem : Memory{};
+  const bool copies = staged_ && !transport_.device();
   for (const Action& a : actions_) {
     if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
       recv_buf_.emplace(MsgKey{a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk},
@@ -43,17 +42,6 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
       grad_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC, msg_mem));
     } else if (a.op == Op::SEND_ACT && copies) {
       act_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC));
-    }
-  }
-  if (nccl_) { // which link carries each message, and the order each link delivers in
-    const std::vector<schedule::Channel> channels = schedule::channels(sched);
-    for (std::size_t i = 0; i < channels.size(); ++i) {
-      const schedule::Channel& c = channels[i];
-      if (c.from == me_) nccl_send_link_[{c.grad ? 1 : 0, c.to}] = i;
-      if (c.to != me_) continue;
-      for (const schedule::Channel::Message& msg : c.messages) {
-        nccl_receives_.emplace_back(i, MsgKey{c.grad ? 1 : 0, msg.mb, msg.chunk});
-      }
     }
   }
   // Every activation slot (and stash) the list needs at its peak is made now, not at its first
@@ -73,17 +61,6 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
     for (int i = 0; i < peak[static_cast<std::size_t>(c)]; ++i) release(c, -1 - i);
   }
   if (staged_) eval_buf_ = FloatBuffer(NC);
-  // tags must fit the MPI implementation's upper bound
-  int* tag_ub = nullptr;
-  int flag = 0;
-  PT_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag));
-  const long long max_tag = 2LL * sched.m * sched.stages();
-  if (flag && max_tag > *tag_ub) {
-    throw input_error("parallel.micro_batches * pp * virtual_stages is too large for this MPI's "
-                      "message tags (" +
-                      std::to_string(max_tag) + " > MPI_TAG_UB " + std::to_string(*tag_ub) +
-                      "): use fewer, larger micro-batches");
-  }
   last_weight_action_.assign(static_cast<std::size_t>(v_), actions_.size());
   for (std::size_t i = 0; i < actions_.size(); ++i) {
     if (actions_[i].op == Op::B || actions_[i].op == Op::BW) {
@@ -103,10 +80,6 @@ std::size_t PipelineEngine::activation_bytes() const {
   for (const auto& [k, buf] : grad_dev_) b += buf.bytes();
   for (const auto& [k, buf] : act_send_buf_) b += buf.bytes();
   return b;
-}
-
-int PipelineEngine::tag(int dir, int mb, int sender_stage) const {
-  return (mb * sched_.stages() + sender_stage) * 2 + dir;
 }
 
 PipelineEngine::Slot& PipelineEngine::acquire(int chunk, int mb) {
@@ -138,31 +111,11 @@ float* PipelineEngine::recv_buffer(int dir, int mb, int chunk) {
   return recv_buf_.at(MsgKey{dir, mb, chunk}).data();
 }
 
-double PipelineEngine::wait(Pending& m, const std::string& what) {
-  if (m.k < 0) return watchdog_.wait(m.req, what);
-  cuda::NcclLink& link = *links_[m.link];
-  const int k = m.k;
-  return watchdog_.wait_until([&link, k] { return link.done(k); }, what);
-}
-
-PipelineEngine::Pending PipelineEngine::start_send(const float* x, int dir, int mb, int chunk,
-                                                   int peer) {
-  Pending m;
-  const int NC = N_ * C_;
-  if (nccl_) {
-    m.link = nccl_send_link_.at({dir, peer});
-    m.k = links_[m.link]->send(x, static_cast<std::size_t>(NC));
-  } else {
-    PT_MPI(MPI_Isend(x, NC, MPI_FLOAT, peer, tag(dir, mb, sched_.stage_of(me_, chunk)),
-                     layout_.pp_comm(), &m.req));
-  }
-  return m;
-}
-
 const float* PipelineEngine::received_grad(GptStage& stage, int mb, int chunk) {
   if (stage.spec().last) return nullptr;
   const float* host = recv_buffer(1, mb, chunk);
-  if (!staged_ || nccl_) return host; // host memory that the stage reads, or backend memory
+  if (!staged_ || transport_.device())
+    return host; // host memory that the stage reads, or backend memory
   float* dev = grad_dev_.at(Key{mb, chunk}).data();
   stage.backend().copy(dev, host, static_cast<std::size_t>(N_) * C_ * sizeof(float));
   return dev;
@@ -187,30 +140,10 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
   const double t_start = MPI_Wtime();
 
   // every receive of the step is posted before any action runs
-  std::map<MsgKey, Pending> recv_req;
-  if (nccl_) { // each link's in the order its sender sends them
-    for (auto& l : links_) {
-      if (l != nullptr) l->restart();
-    }
-    for (const auto& [link, key] : nccl_receives_) {
-      Pending p;
-      p.link = link;
-      p.k = links_[link]->recv(recv_buf_.at(key).data(), static_cast<std::size_t>(NC));
-      recv_req[key] = p;
-    }
-  } else {
-    for (const Action& a : actions_) {
-      if (a.op != Op::RECV_ACT && a.op != Op::RECV_GRAD) continue;
-      const int dir = a.op == Op::RECV_ACT ? 0 : 1;
-      const int st = sched_.stage_of(me_, a.chunk);
-      Pending p;
-      PT_MPI(MPI_Irecv(recv_buffer(dir, a.mb, a.chunk), NC, MPI_FLOAT, a.peer,
-                       tag(dir, a.mb, dir == 0 ? st - 1 : st + 1), layout_.pp_comm(), &p.req));
-      recv_req[{dir, a.mb, a.chunk}] = p;
-    }
-  }
-  std::map<Key, Pending> act_send_req;
-  std::vector<Pending> grad_send_req;
+  std::map<MsgKey, PipeTransport::Handle> recv_req =
+      transport_.receive_step([this](const MsgKey& k) { return recv_buf_.at(k).data(); });
+  std::map<Key, PipeTransport::Handle> act_send_req;
+  std::vector<PipeTransport::Handle> grad_send_req;
   double loss_sum = 0.0;
   bool dropped = false;
 
@@ -229,8 +162,8 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
   auto wait_act_send = [&](int mb, int chunk) {
     auto it = act_send_req.find({mb, chunk});
     if (it == act_send_req.end()) return;
-    t.wait_s += wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) + ", chunk " +
-                                     std::to_string(chunk) + ")");
+    t.wait_s += transport_.wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) +
+                                                ", chunk " + std::to_string(chunk) + ")");
     act_send_req.erase(it);
   };
 
@@ -247,8 +180,8 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
     switch (a.op) {
     case Op::RECV_ACT:
     case Op::RECV_GRAD:
-      t.wait_s +=
-          wait(recv_req.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}), describe_wait(a));
+      t.wait_s += transport_.wait(recv_req.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
+                                  describe_wait(a));
       break;
     case Op::F: {
       Slot& s = acquire(a.chunk, a.mb);
@@ -271,8 +204,10 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
         break;
       }
       const float* out = stage_output(live_.at({a.mb, a.chunk})->acts);
-      if (staged_ && !nccl_) out = sendable(stage, out, act_send_buf_.at({a.mb, a.chunk}));
-      act_send_req[{a.mb, a.chunk}] = start_send(out, 0, a.mb, a.chunk, a.peer);
+      if (staged_ && !transport_.device()) {
+        out = sendable(stage, out, act_send_buf_.at({a.mb, a.chunk}));
+      }
+      act_send_req[{a.mb, a.chunk}] = transport_.start_send(out, 0, a.mb, a.chunk, a.peer);
       break;
     }
     case Op::B: {
@@ -307,8 +242,8 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
       break;
     }
     case Op::SEND_GRAD:
-      grad_send_req.push_back(
-          start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1, a.mb, a.chunk, a.peer));
+      grad_send_req.push_back(transport_.start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1,
+                                                    a.mb, a.chunk, a.peer));
       break;
     }
     if (hook) stage.set_weight_grad_hook({});
@@ -317,16 +252,14 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
     }
   }
   for (auto& [k, req] : act_send_req) {
-    t.wait_s += wait(req, "completion of SEND_ACT(mb " + std::to_string(k.first) + ")");
+    t.wait_s += transport_.wait(req, "completion of SEND_ACT(mb " + std::to_string(k.first) + ")");
   }
-  for (auto& req : grad_send_req) t.wait_s += wait(req, "completion of SEND_GRAD");
+  for (auto& req : grad_send_req) t.wait_s += transport_.wait(req, "completion of SEND_GRAD");
   t.pipeline_s = MPI_Wtime() - t_start;
   return loss_sum;
 }
 
 double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
-  MPI_Comm comm = layout_.pp_comm();
-  const int NC = N_ * C_;
   const int B = cfg_.train.micro_batch;
   const int S = sched_.stages();
   double sum = 0.0;
@@ -341,22 +274,27 @@ double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
         sampler.fill(0, static_cast<std::int64_t>(j) * B, B, s.acts.tokens.data(),
                      s.acts.targets.data());
       }
+      const std::string at =
+          "(validation batch " + std::to_string(j) + ", chunk " + std::to_string(c) + ") ";
       if (st > 0) {
         float* in = staged_ ? eval_buf_.data() : s.acts.input.data();
-        PT_MPI(MPI_Recv(in, NC, MPI_FLOAT, sched_.rank_of(st - 1), tag(0, 0, st - 1), comm,
-                        MPI_STATUS_IGNORE));
+        const int from = sched_.rank_of(st - 1);
+        transport_.recv(in, 0, 0, c, from, "RECV_ACT" + at + "from rank " + std::to_string(from));
         if (staged_) stage.backend().copy(s.acts.input.data(), in, eval_buf_.bytes());
       }
       sum += stage.forward(s.acts);
       if (st < S - 1) {
-        PT_MPI(MPI_Send(sendable(stage, stage_output(s.acts), eval_buf_), NC, MPI_FLOAT,
-                        sched_.rank_of(st + 1), tag(0, 0, st), comm));
+        const int to = sched_.rank_of(st + 1);
+        transport_.send(sendable(stage, stage_output(s.acts), eval_buf_), 0, 0, c, to,
+                        "completion of SEND_ACT" + at + "to rank " + std::to_string(to));
       }
       release(c, -1 - j);
     }
   }
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, layout_.dp_comm()));
-  PT_MPI(MPI_Bcast(&sum, 1, MPI_DOUBLE, p_ - 1, comm));
+  watchdog_.allreduce(&sum, 1, MPI_DOUBLE, MPI_SUM, layout_.dp_comm(),
+                      "the validation loss's sum over data-parallel ranks");
+  watchdog_.bcast(&sum, 1, MPI_DOUBLE, p_ - 1, layout_.pp_comm(),
+                  "the validation loss from the last pipeline rank");
   return sum / batches;
 }
 

@@ -1,23 +1,21 @@
 // Executes one pipeline rank's action list (DESIGN.md section 6). The engine has no schedule
 // logic: it posts every receive of the step first, runs the actions in order (sends are
 // non-blocking), keeps activations only between a micro-batch's F and its B (or BW), and times
-// compute and waits for the measured bubble. Messages go through MPI (host memory; staged
-// through host copies for a GPU backend) or, with comm.gpu_p2p = "nccl", through NCCL links on
-// device memory (docs/cuda.md).
+// compute and waits for the measured bubble. Messages go through a PipeTransport (comm/p2p.hpp):
+// host memory, staged through host copies for a GPU backend, or device memory over NCCL links.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "comm/grad_sync.hpp"
+#include "comm/p2p.hpp"
 #include "comm/watchdog.hpp"
 #include "config/run_config.hpp"
-#include "cuda/nccl.hpp"
 #include "data/sampler.hpp"
-#include "comm/grad_sync.hpp"
 #include "model/gpt_stage.hpp"
 #include "parallel/layout.hpp"
 #include "schedule/schedule.hpp"
@@ -62,19 +60,8 @@ private:
     StageActivations acts;
     StageStash stash; // made with the slot where the chunk splits its backward (BI/BW)
   };
-  using Key = std::pair<int, int>;          // (mb, chunk)
-  using MsgKey = std::tuple<int, int, int>; // (dir 0 activation / 1 gradient, mb, chunk)
-  // A message in flight: an MPI request, or message k of NCCL link `link`.
-  struct Pending {
-    MPI_Request req = MPI_REQUEST_NULL;
-    std::size_t link = 0;
-    int k = -1;
-  };
-
-  int tag(int dir, int mb, int sender_stage) const;
-  double wait(Pending& m, const std::string& what);
-  // Starts sending x: (dir, mb, chunk) are the sender's; `peer` the receiving pipeline rank.
-  Pending start_send(const float* x, int dir, int mb, int chunk, int peer);
+  using Key = std::pair<int, int>;   // (mb, chunk)
+  using MsgKey = PipeTransport::Msg; // (dir 0 activation / 1 gradient, mb, chunk)
   Slot& acquire(int chunk, int mb);
   void release(int chunk, int mb);
   float* recv_buffer(int dir, int mb, int chunk);
@@ -93,6 +80,7 @@ private:
   const std::vector<schedule::Action>& actions_;
   int p_, v_, me_, N_, C_;
   float loss_scale_;
+  PipeTransport transport_; // every message (evaluate()'s over MPI, whatever the links)
 
   // activation slots per chunk, reused across micro-batches and steps
   std::vector<std::vector<std::unique_ptr<Slot>>> slots_;
@@ -105,11 +93,6 @@ private:
   std::map<Key, FloatBuffer> grad_send_buf_;
   // staged (GPU backend): MPI sees host memory only, whatever the MPI's single-copy mechanism
   bool staged_ = false;
-  // comm.gpu_p2p = "nccl": the step's messages go through these (evaluate() stays MPI)
-  std::vector<std::unique_ptr<cuda::NcclLink>> links_;
-  bool nccl_ = false;
-  std::vector<std::pair<std::size_t, MsgKey>> nccl_receives_;  // (link, buffer) in link order
-  std::map<std::tuple<int, int>, std::size_t> nccl_send_link_; // (dir, peer) -> link
   std::map<Key, FloatBuffer> grad_dev_;     // received gradients in backend memory
   std::map<Key, FloatBuffer> act_send_buf_; // activations copied out for SEND_ACT
   FloatBuffer eval_buf_;                    // evaluate()'s messages

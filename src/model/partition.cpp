@@ -78,8 +78,15 @@ std::vector<int> balanced(int n_layer, int stages, const BlockCosts& c) {
 
 std::vector<int> partition_layers(const ParallelConfig& p, int n_layer, int stages,
                                   const BlockCosts& costs) {
-  if (p.partition == "explicit") return p.partition_layers;
-  if (p.partition == "uniform") return uniform(n_layer, stages);
+  switch (p.partition) {
+  case PartitionKind::explicit_layers:
+    return p.partition_layers;
+  case PartitionKind::uniform:
+    return uniform(n_layer, stages);
+  case PartitionKind::params:
+  case PartitionKind::time:
+    break;
+  }
   return balanced(n_layer, stages, costs);
 }
 

@@ -39,11 +39,6 @@ std::string describe(const Action& a) {
   return s;
 }
 
-const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-  return names;
-}
-
 namespace {
 
 Schedule empty(const std::string& name, int p, int m, int v) {
@@ -195,25 +190,26 @@ void add_communication(Schedule& s) {
   }
 }
 
-Schedule make_schedule(const std::string& name, int p, int m, int v) {
+Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
+  if (kind != ScheduleKind::interleaved && v != 1) {
+    throw std::invalid_argument("schedule \"" + std::string(name(kind)) +
+                                "\" runs one chunk per rank: "
+                                "virtual_stages must be 1 (use \"interleaved\" for v > 1)");
+  }
   Schedule s;
-  if (name == "interleaved") {
+  switch (kind) {
+  case ScheduleKind::gpipe:
+    s = gpipe(p, m);
+    break;
+  case ScheduleKind::one_f_one_b:
+    s = one_f_one_b(p, m);
+    break;
+  case ScheduleKind::interleaved:
     s = interleaved_1f1b(p, m, v);
-  } else {
-    if (v != 1) {
-      throw std::invalid_argument("schedule \"" + name +
-                                  "\" runs one chunk per rank: "
-                                  "virtual_stages must be 1 (use \"interleaved\" for v > 1)");
-    }
-    if (name == "gpipe") {
-      s = gpipe(p, m);
-    } else if (name == "1f1b") {
-      s = one_f_one_b(p, m);
-    } else if (name == "zb-h1") {
-      s = zb_h1(p, m);
-    } else {
-      throw std::invalid_argument("unknown schedule \"" + name + "\"");
-    }
+    break;
+  case ScheduleKind::zb_h1:
+    s = zb_h1(p, m);
+    break;
   }
   add_communication(s);
   return s;

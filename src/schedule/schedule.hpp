@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "config/enums.hpp"
+
 namespace pt::schedule {
 
 enum class Op {
@@ -45,13 +47,10 @@ struct Schedule {
 std::string describe(const Action& a);
 const char* op_name(Op op);
 
-// The schedules pipetrain knows, by deck name.
-const std::vector<std::string>& schedule_names();
-
-// Builds the named schedule with its SEND/RECV actions. Throws std::invalid_argument with a
+// Builds the schedule with its SEND/RECV actions. Throws std::invalid_argument with a
 // message naming the constraint when (p, m, v) does not suit it (e.g. interleaved needs p >= 2,
 // v >= 2 and m divisible by p; the others need v = 1).
-Schedule make_schedule(const std::string& name, int p, int m, int v);
+Schedule make_schedule(ScheduleKind kind, int p, int m, int v);
 
 // A one-way stream of messages between two pipeline ranks: the activations (or the gradients)
 // that rank `from` sends to rank `to`, in the order `from` sends them. A transport without

@@ -49,9 +49,12 @@ TEST(Config, TinyDeckDerivesDataParallelismFromRanks) {
 TEST(Config, DefaultsAreFilledIn) {
   const RunConfig c = parse_deck(kTiny, "tiny.toml", {"train.min_lr=0.0001"}, 2);
   EXPECT_DOUBLE_EQ(c.train.beta2, 0.95);
-  EXPECT_EQ(c.parallel.schedule, "1f1b");
+  EXPECT_EQ(c.parallel.schedule, ScheduleKind::one_f_one_b);
   EXPECT_TRUE(c.model.tie_embeddings);
-  EXPECT_EQ(c.comm.allreduce, "auto");
+  EXPECT_FALSE(c.comm.allreduce.has_value()); // "auto"
+  EXPECT_EQ(c.comm.gpu_collectives, GpuTransport::automatic);
+  EXPECT_EQ(c.comm.gpu_p2p, GpuTransport::mpi);
+  EXPECT_EQ(c.device.kind, DeviceKind::host);
   const RunConfig d =
       parse_deck("[model]\nn_layer=1\nn_head=1\nd_model=8\nseq_len=4\nvocab_size=16\n"
                  "[train]\nsteps=1\nglobal_batch=1\nmicro_batch=1\nlr=0.01\n[data]\npath=\"x\"\n",
@@ -68,6 +71,40 @@ TEST(Config, OverridesApplyInOrderAndLastWins) {
   EXPECT_EQ(c.data.path, "other/file.bin"); // bare string, no quotes needed
   EXPECT_DOUBLE_EQ(c.train.lr, 1.0);        // an integer is accepted for a float key
   EXPECT_EQ(c.log.every, 3);
+}
+
+TEST(Config, StringKeysBecomeEnumsAndPrintAsTheDeckSpellsThem) {
+  const RunConfig c = parse_deck(
+      kTiny, "tiny.toml",
+      {"parallel.schedule=zb-h1", "parallel.partition=params", "comm.allreduce=recursive-doubling",
+       "comm.topology=fat-tree", "comm.overlap=thread", "device.kind=cuda", "device.precision=bf16",
+       "comm.gpu_collectives=mpi", "comm.gpu_p2p=nccl"},
+      2);
+  EXPECT_EQ(c.parallel.schedule, ScheduleKind::zb_h1);
+  EXPECT_EQ(c.parallel.partition, PartitionKind::params);
+  EXPECT_EQ(c.comm.allreduce, AllreduceAlgo::recursive_doubling);
+  EXPECT_EQ(c.comm.topology, TopologyKind::fat_tree);
+  EXPECT_EQ(c.comm.overlap, Overlap::thread);
+  EXPECT_EQ(c.device.kind, DeviceKind::cuda);
+  EXPECT_EQ(c.device.precision, Precision::bf16);
+  EXPECT_EQ(c.comm.gpu_collectives, GpuTransport::mpi);
+  EXPECT_EQ(c.comm.gpu_p2p, GpuTransport::nccl);
+  for (const char* line :
+       {"schedule = 'zb-h1'", "partition = 'params'", "allreduce = 'recursive-doubling'",
+        "topology = 'fat-tree'", "precision = 'bf16'"}) {
+    EXPECT_NE(c.resolved_text.find(line), std::string::npos) << line << " in\n" << c.resolved_text;
+  }
+  const RunConfig e = parse_deck(kTiny, "tiny.toml", {"parallel.partition=[2, 2]"}, 2);
+  EXPECT_EQ(e.parallel.partition, PartitionKind::explicit_layers);
+  EXPECT_EQ(std::string(name(e.parallel.partition)), "explicit");
+  EXPECT_NE(
+      error_of(kTiny, {"parallel.schedule=1F1B"})
+          .find("= \"1F1B\" is not one of gpipe|1f1b|interleaved|zb-h1; did you mean '1f1b'?"),
+      std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"comm.overlap=poll", "comm.allreduce=ring"})
+                .find("cannot run comm.allreduce = \"ring\""),
+            std::string::npos);
+  EXPECT_EQ(error_of(kTiny, {"comm.overlap=poll", "comm.allreduce=mpi"}), "");
 }
 
 TEST(Config, ResolvedDeckParsesBackToTheSameRun) {

@@ -9,7 +9,7 @@
 namespace pt {
 namespace {
 
-ParallelConfig with(const std::string& mode) {
+ParallelConfig with(PartitionKind mode) {
   ParallelConfig p;
   p.partition = mode;
   return p;
@@ -17,21 +17,25 @@ ParallelConfig with(const std::string& mode) {
 
 TEST(Partition, UniformGivesTheRemainderToMiddleStages) {
   const BlockCosts unit;
-  EXPECT_EQ(partition_layers(with("uniform"), 8, 4, unit), (std::vector<int>{2, 2, 2, 2}));
-  EXPECT_EQ(partition_layers(with("uniform"), 10, 4, unit), (std::vector<int>{2, 3, 3, 2}));
-  EXPECT_EQ(partition_layers(with("uniform"), 7, 3, unit), (std::vector<int>{2, 3, 2}));
+  EXPECT_EQ(partition_layers(with(PartitionKind::uniform), 8, 4, unit),
+            (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(partition_layers(with(PartitionKind::uniform), 10, 4, unit),
+            (std::vector<int>{2, 3, 3, 2}));
+  EXPECT_EQ(partition_layers(with(PartitionKind::uniform), 7, 3, unit),
+            (std::vector<int>{2, 3, 2}));
 }
 
 TEST(Partition, BalancedCountsEmbeddingAndHead) {
   // an embedding as heavy as 3 layers pushes layers off the first stage
   const BlockCosts c{3.0, 1.0, 1.0};
-  const std::vector<int> n = partition_layers(with("params"), 12, 4, c);
+  const std::vector<int> n = partition_layers(with(PartitionKind::params), 12, 4, c);
   EXPECT_EQ(std::accumulate(n.begin(), n.end(), 0), 12);
   const std::vector<double> cost = stage_costs(n, c);
   EXPECT_EQ(n, (std::vector<int>{1, 4, 4, 3})) << n[0] << n[1] << n[2] << n[3];
   EXPECT_DOUBLE_EQ(*std::max_element(cost.begin(), cost.end()), 4.0);
   // every stage keeps at least one layer even when the edges dominate
-  const std::vector<int> m = partition_layers(with("time"), 4, 4, BlockCosts{100.0, 1.0, 100.0});
+  const std::vector<int> m =
+      partition_layers(with(PartitionKind::time), 4, 4, BlockCosts{100.0, 1.0, 100.0});
   EXPECT_EQ(m, (std::vector<int>{1, 1, 1, 1}));
 }
 
@@ -51,7 +55,7 @@ TEST(Partition, ParameterCostsAndStageSpecs) {
   EXPECT_EQ(mid.layer_begin, 1);
   EXPECT_EQ(mid.layer_end, 3);
   EXPECT_TRUE(stage_spec(counts, 2).last);
-  ParallelConfig ex = with("explicit");
+  ParallelConfig ex = with(PartitionKind::explicit_layers);
   ex.partition_layers = {3, 1};
   EXPECT_EQ(partition_layers(ex, 4, 2, c), (std::vector<int>{3, 1}));
 }

@@ -17,14 +17,15 @@ TEST(Schedule, EveryScheduleValidatesExhaustively) {
   int checked = 0;
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 32; ++m) {
-      for (const char* name : {"gpipe", "1f1b", "zb-h1"}) {
-        const Validation v = validate(make_schedule(name, p, m, 1));
-        ASSERT_TRUE(v.ok) << name << " p " << p << " m " << m << ": " << v.error;
+      for (ScheduleKind kind :
+           {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1}) {
+        const Validation v = validate(make_schedule(kind, p, m, 1));
+        ASSERT_TRUE(v.ok) << name(kind) << " p " << p << " m " << m << ": " << v.error;
         ++checked;
       }
       for (int vs = 2; vs <= 4 && p >= 2; ++vs) {
         if (m % p != 0) continue;
-        const Validation v = validate(make_schedule("interleaved", p, m, vs));
+        const Validation v = validate(make_schedule(ScheduleKind::interleaved, p, m, vs));
         ASSERT_TRUE(v.ok) << "interleaved p " << p << " m " << m << " v " << vs << ": " << v.error;
         ++checked;
       }
@@ -37,12 +38,13 @@ TEST(Schedule, BubbleMatchesClosedForms) {
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 32; ++m) {
       const double fill = (p - 1.0) / (m + p - 1.0); // GPipe / 1F1B with T_F = T_B
-      for (const char* name : {"gpipe", "1f1b"}) {
-        const Simulation sim = simulate(make_schedule(name, p, m, 1), Costs{1, 1, 0.5, 0.5, 0});
-        ASSERT_NEAR(sim.mean_bubble, fill, 1e-12) << name << " p " << p << " m " << m;
+      for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+        const Simulation sim = simulate(make_schedule(kind, p, m, 1), Costs{1, 1, 0.5, 0.5, 0});
+        ASSERT_NEAR(sim.mean_bubble, fill, 1e-12) << name(kind) << " p " << p << " m " << m;
       }
       // ZB-H1 with T_F = T_B = T_W: idle (p-1)(T_F + T_B - T_W) per rank, 1/3 of 1F1B's
-      const Simulation zb = simulate(make_schedule("zb-h1", p, m, 1), Costs{1, 2, 1, 1, 0});
+      const Simulation zb =
+          simulate(make_schedule(ScheduleKind::zb_h1, p, m, 1), Costs{1, 2, 1, 1, 0});
       const double zb_bound = (p - 1.0) / (3.0 * m + p - 1.0);
       // the bound needs m >= p (enough W passes to fill the drain); below that, never worse
       // than 1F1B with the same costs
@@ -53,8 +55,8 @@ TEST(Schedule, BubbleMatchesClosedForms) {
       }
       for (int v = 2; v <= 4 && p >= 2 && m % p == 0; ++v) {
         // each chunk costs 1/v of a stage: the fill shrinks to 1/v (def A), i.e. (p-1)/(vm+p-1)
-        const Simulation il =
-            simulate(make_schedule("interleaved", p, m, v), Costs{1.0 / v, 1.0 / v, 0, 0, 0});
+        const Simulation il = simulate(make_schedule(ScheduleKind::interleaved, p, m, v),
+                                       Costs{1.0 / v, 1.0 / v, 0, 0, 0});
         ASSERT_NEAR(il.mean_bubble, (p - 1.0) / (v * m + p - 1.0), 1e-12)
             << "interleaved p " << p << " m " << m << " v " << v;
       }
@@ -64,13 +66,13 @@ TEST(Schedule, BubbleMatchesClosedForms) {
 
 TEST(Schedule, PeakActivationsFollowTheSchedules) {
   const int p = 4, m = 8;
-  const Validation g = validate(make_schedule("gpipe", p, m, 1));
-  const Validation o = validate(make_schedule("1f1b", p, m, 1));
+  const Validation g = validate(make_schedule(ScheduleKind::gpipe, p, m, 1));
+  const Validation o = validate(make_schedule(ScheduleKind::one_f_one_b, p, m, 1));
   for (int r = 0; r < p; ++r) {
     EXPECT_EQ(g.peak_live[static_cast<std::size_t>(r)], m);     // GPipe holds all m
     EXPECT_EQ(o.peak_live[static_cast<std::size_t>(r)], p - r); // 1F1B: stage r holds p - r
   }
-  const Validation i = validate(make_schedule("interleaved", p, m, 2));
+  const Validation i = validate(make_schedule(ScheduleKind::interleaved, p, m, 2));
   EXPECT_GT(i.peak_live[0], o.peak_live[0]); // interleaving costs memory on rank 0
 }
 
@@ -82,7 +84,7 @@ Action* find(Schedule& s, int rank, Op op, int mb) {
 }
 
 TEST(Schedule, RejectsAMissingSend) {
-  Schedule s = make_schedule("1f1b", 2, 4, 1);
+  Schedule s = make_schedule(ScheduleKind::one_f_one_b, 2, 4, 1);
   auto& r0 = s.ranks[0];
   r0.erase(std::find(r0.begin(), r0.end(), Action{Op::SEND_ACT, 2, 0, 1}));
   const Validation v = validate(s);
@@ -93,7 +95,7 @@ TEST(Schedule, RejectsAMissingSend) {
 }
 
 TEST(Schedule, RejectsAMissingReceive) {
-  Schedule s = make_schedule("gpipe", 2, 2, 1);
+  Schedule s = make_schedule(ScheduleKind::gpipe, 2, 2, 1);
   auto& r1 = s.ranks[1];
   r1.erase(std::find(r1.begin(), r1.end(), Action{Op::RECV_ACT, 1, 0, 0}));
   const Validation v = validate(s);
@@ -105,7 +107,7 @@ TEST(Schedule, RejectsAMissingReceive) {
 
 TEST(Schedule, RejectsSwappedOrderThatCyclesWaits) {
   // rank 0 waits for mb 0's gradient before sending mb 0's activation: each rank waits on the other
-  Schedule s = make_schedule("gpipe", 2, 1, 1);
+  Schedule s = make_schedule(ScheduleKind::gpipe, 2, 1, 1);
   auto& r0 = s.ranks[0]; // F, SEND_ACT, RECV_GRAD, B
   std::swap(r0[1], r0[2]);
   const Validation v = validate(s);
@@ -118,7 +120,7 @@ TEST(Schedule, RejectsSwappedOrderThatCyclesWaits) {
 }
 
 TEST(Schedule, RejectsAWrongPeer) {
-  Schedule s = make_schedule("1f1b", 4, 4, 1);
+  Schedule s = make_schedule(ScheduleKind::one_f_one_b, 4, 4, 1);
   find(s, 1, Op::SEND_ACT, 0)->peer = 3;
   const Validation v = validate(s);
   ASSERT_FALSE(v.ok);
@@ -130,7 +132,7 @@ TEST(Schedule, RejectsAWrongPeer) {
 }
 
 TEST(Schedule, RejectsBackwardBeforeForwardAndMissingWeightGradient) {
-  Schedule s = make_schedule("zb-h1", 2, 2, 1);
+  Schedule s = make_schedule(ScheduleKind::zb_h1, 2, 2, 1);
   auto& r1 = s.ranks[1];
   r1.erase(std::find(r1.begin(), r1.end(), Action{Op::BW, 1, 0, -1}));
   Validation v = validate(s);
@@ -144,10 +146,11 @@ std::vector<Schedule> all_schedules(int max_p, int max_m) {
   std::vector<Schedule> out;
   for (int p = 2; p <= max_p; ++p) {
     for (int m = 1; m <= max_m; ++m) {
-      for (const char* name : {"gpipe", "1f1b", "zb-h1"})
-        out.push_back(make_schedule(name, p, m, 1));
+      for (ScheduleKind kind :
+           {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1})
+        out.push_back(make_schedule(kind, p, m, 1));
       for (int vs = 2; vs <= 3 && m % p == 0; ++vs) {
-        out.push_back(make_schedule("interleaved", p, m, vs));
+        out.push_back(make_schedule(ScheduleKind::interleaved, p, m, vs));
       }
     }
   }
@@ -231,7 +234,7 @@ TEST(Schedule, EveryScheduleRunsOverFifoChannels) {
 }
 
 TEST(Schedule, InterleavedChannelsWrapAroundToTheFirstRank) {
-  const std::vector<Channel> ch = channels(make_schedule("interleaved", 2, 2, 2));
+  const std::vector<Channel> ch = channels(make_schedule(ScheduleKind::interleaved, 2, 2, 2));
   ASSERT_EQ(ch.size(), 4u); // activations 0->1 and 1->0, gradients 0->1 and 1->0
   const Channel& wrap = ch[1];
   EXPECT_FALSE(wrap.grad);
@@ -244,10 +247,9 @@ TEST(Schedule, InterleavedChannelsWrapAroundToTheFirstRank) {
 }
 
 TEST(Schedule, GeneratorsRefuseUnsuitableShapes) {
-  EXPECT_THROW(make_schedule("interleaved", 2, 3, 2), std::invalid_argument); // m % p
-  EXPECT_THROW(make_schedule("interleaved", 1, 4, 2), std::invalid_argument); // p = 1
-  EXPECT_THROW(make_schedule("1f1b", 2, 4, 2), std::invalid_argument);        // v > 1
-  EXPECT_THROW(make_schedule("nope", 2, 4, 1), std::invalid_argument);
+  EXPECT_THROW(make_schedule(ScheduleKind::interleaved, 2, 3, 2), std::invalid_argument); // m % p
+  EXPECT_THROW(make_schedule(ScheduleKind::interleaved, 1, 4, 2), std::invalid_argument); // p = 1
+  EXPECT_THROW(make_schedule(ScheduleKind::one_f_one_b, 2, 4, 2), std::invalid_argument); // v > 1
 }
 
 } // namespace

@@ -1,0 +1,106 @@
+#include "comm/p2p.hpp"
+
+#include "util/errors.hpp"
+
+namespace pt {
+
+using schedule::Op;
+
+PipeTransport::PipeTransport(MPI_Comm pp, const schedule::Schedule& sched, int me,
+                             const Watchdog& watchdog,
+                             std::vector<std::unique_ptr<cuda::NcclLink>> links, std::size_t n)
+    : pp_(pp), sched_(sched), me_(me), watchdog_(watchdog), links_(std::move(links)), n_(n) {
+  // tags must fit the MPI implementation's upper bound
+  int* tag_ub = nullptr;
+  int flag = 0;
+  PT_MPI(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag));
+  const long long max_tag = 2LL * sched.m * sched.stages();
+  if (flag && max_tag > *tag_ub) {
+    throw input_error("parallel.micro_batches * pp * virtual_stages is too large for this MPI's "
+                      "message tags (" +
+                      std::to_string(max_tag) + " > MPI_TAG_UB " + std::to_string(*tag_ub) +
+                      "): use fewer, larger micro-batches");
+  }
+  for (const auto& l : links_) nccl_ = nccl_ || l != nullptr;
+  if (!nccl_) return;
+  // which link carries each message, and the order each link delivers in
+  const std::vector<schedule::Channel> channels = schedule::channels(sched);
+  for (std::size_t i = 0; i < channels.size(); ++i) {
+    const schedule::Channel& c = channels[i];
+    if (c.from == me_) nccl_send_link_[{c.grad ? 1 : 0, c.to}] = i;
+    if (c.to != me_) continue;
+    for (const schedule::Channel::Message& msg : c.messages) {
+      nccl_receives_.emplace_back(i, Msg{c.grad ? 1 : 0, msg.mb, msg.chunk});
+    }
+  }
+}
+
+int PipeTransport::tag(int dir, int mb, int sender_stage) const {
+  return (mb * sched_.stages() + sender_stage) * 2 + dir;
+}
+
+PipeTransport::Handle PipeTransport::isend(const float* x, int dir, int mb, int chunk, int peer) {
+  Handle h;
+  PT_MPI(MPI_Isend(x, static_cast<int>(n_), MPI_FLOAT, peer,
+                   tag(dir, mb, sched_.stage_of(me_, chunk)), pp_, &h.req));
+  return h;
+}
+
+PipeTransport::Handle PipeTransport::irecv(float* x, int dir, int mb, int chunk, int peer) {
+  const int st = sched_.stage_of(me_, chunk);
+  Handle h;
+  PT_MPI(MPI_Irecv(x, static_cast<int>(n_), MPI_FLOAT, peer,
+                   tag(dir, mb, dir == 0 ? st - 1 : st + 1), pp_, &h.req));
+  return h;
+}
+
+std::map<PipeTransport::Msg, PipeTransport::Handle>
+PipeTransport::receive_step(const std::function<float*(const Msg&)>& buffer) {
+  std::map<Msg, Handle> posted;
+  if (nccl_) {
+    for (auto& l : links_) {
+      if (l != nullptr) l->restart();
+    }
+    for (const auto& [link, msg] : nccl_receives_) {
+      Handle& h = posted[msg];
+      h.link = link;
+      h.k = links_[link]->recv(buffer(msg), n_);
+    }
+    return posted;
+  }
+  for (const schedule::Action& a : sched_.ranks[static_cast<std::size_t>(me_)]) {
+    if (a.op != Op::RECV_ACT && a.op != Op::RECV_GRAD) continue;
+    const Msg msg{a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk};
+    posted[msg] = irecv(buffer(msg), std::get<0>(msg), a.mb, a.chunk, a.peer);
+  }
+  return posted;
+}
+
+PipeTransport::Handle PipeTransport::start_send(const float* x, int dir, int mb, int chunk,
+                                                int peer) {
+  if (!nccl_) return isend(x, dir, mb, chunk, peer);
+  Handle h;
+  h.link = nccl_send_link_.at({dir, peer});
+  h.k = links_[h.link]->send(x, n_);
+  return h;
+}
+
+double PipeTransport::wait(Handle& h, const std::string& what) const {
+  if (h.k < 0) return watchdog_.wait(h.req, what);
+  cuda::NcclLink& link = *links_[h.link];
+  const int k = h.k;
+  return watchdog_.wait_until([&link, k] { return link.done(k); }, what);
+}
+
+void PipeTransport::send(const float* x, int dir, int mb, int chunk, int peer,
+                         const std::string& what) {
+  Handle h = isend(x, dir, mb, chunk, peer);
+  wait(h, what);
+}
+
+void PipeTransport::recv(float* x, int dir, int mb, int chunk, int peer, const std::string& what) {
+  Handle h = irecv(x, dir, mb, chunk, peer);
+  wait(h, what);
+}
+
+} // namespace pt

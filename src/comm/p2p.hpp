@@ -1,0 +1,76 @@
+// Pipeline point-to-point messages (DESIGN.md section 6): the activations and gradients a
+// pipeline rank exchanges with its neighbours, over MPI (host memory, matched by tag) or, with
+// comm.gpu_p2p = "nccl", over NCCL links (device memory, matched by each link's order,
+// docs/cuda.md). Every wait is under the hang watchdog.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "comm/watchdog.hpp"
+#include "cuda/nccl.hpp"
+#include "schedule/schedule.hpp"
+
+namespace pt {
+
+class PipeTransport {
+public:
+  // A message as its receiver names it: (dir 0 activation / 1 gradient, mb, receiver's chunk).
+  using Msg = std::tuple<int, int, int>;
+  // A message in flight: an MPI request, or message k of NCCL link `link`.
+  struct Handle {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::size_t link = 0;
+    int k = -1;
+  };
+
+  // pp: the pipeline communicator, me: this rank's pipeline coordinate, n: floats per message.
+  // links: empty (MPI), or one entry per channel of schedule::channels(sched), the NCCL link of
+  // each channel this rank sends or receives on (null for the others). Throws input_error when
+  // the schedule's tags exceed this MPI's MPI_TAG_UB.
+  PipeTransport(MPI_Comm pp, const schedule::Schedule& sched, int me, const Watchdog& watchdog,
+                std::vector<std::unique_ptr<cuda::NcclLink>> links, std::size_t n);
+
+  // Whether the step's messages move device memory (NCCL links) rather than host memory (MPI).
+  bool device() const { return nccl_; }
+
+  // Posts every receive of this rank's step (its RECV_ACT/RECV_GRAD actions), message m into
+  // buffer(m): n floats in the memory device() says. NCCL links carry no tags, so each link's
+  // receives are queued in the order its sender sends them, whatever order the actions need.
+  std::map<Msg, Handle> receive_step(const std::function<float*(const Msg&)>& buffer);
+  // Starts sending x[0, n), left unchanged until wait(): (dir, mb, chunk) are this rank's, peer
+  // the receiving pipeline rank.
+  Handle start_send(const float* x, int dir, int mb, int chunk, int peer);
+  // `what` names the wait in the watchdog's message. Returns the seconds waited.
+  double wait(Handle& h, const std::string& what) const;
+
+  // Blocking, under the watchdog, over MPI on host memory whatever the links (evaluate(), whose
+  // messages are not in the links' order); (dir, mb, chunk) are this rank's, peer the other end.
+  void send(const float* x, int dir, int mb, int chunk, int peer, const std::string& what);
+  void recv(float* x, int dir, int mb, int chunk, int peer, const std::string& what);
+
+private:
+  int tag(int dir, int mb, int sender_stage) const;
+  Handle isend(const float* x, int dir, int mb, int chunk, int peer);
+  Handle irecv(float* x, int dir, int mb, int chunk, int peer);
+
+  MPI_Comm pp_;
+  const schedule::Schedule& sched_;
+  int me_;
+  const Watchdog& watchdog_;
+  std::vector<std::unique_ptr<cuda::NcclLink>> links_;
+  std::size_t n_;
+  bool nccl_ = false;
+  std::vector<std::pair<std::size_t, Msg>> nccl_receives_;    // (link, message) in link order
+  std::map<std::pair<int, int>, std::size_t> nccl_send_link_; // (dir, peer) -> link
+};
+
+} // namespace pt

@@ -1,0 +1,128 @@
+// The deck's string-valued keys as enums (docs/deck.md). config/run_config.cpp parses each deck
+// string once; the rest of the code switches on these. name() / algorithm_name() give back the
+// deck spelling, for messages, the printed plan and the resolved deck.
+#pragma once
+
+namespace pt {
+
+enum class DeviceKind { host, cuda };                                // device.kind
+enum class Precision { fp32, tf32, bf16 };                           // device.precision
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };  // parallel.schedule
+enum class PartitionKind { uniform, params, time, explicit_layers }; // parallel.partition
+enum class Overlap { none, thread, poll };                           // comm.overlap
+enum class GpuTransport { automatic, nccl, mpi };                    // comm.gpu_collectives/p2p
+enum class TopologyKind { automatic, flat, fat_tree, tianhe };       // comm.topology
+enum class AllreduceAlgo { mpi, ring, recursive_doubling, rabenseifner, hierarchical, torus2d };
+
+// comm.allreduce's algorithms in deck order (the deck's "auto" is no algorithm: nullopt).
+inline constexpr AllreduceAlgo kAllreduceAlgos[] = {
+    AllreduceAlgo::mpi,          AllreduceAlgo::ring,         AllreduceAlgo::recursive_doubling,
+    AllreduceAlgo::rabenseifner, AllreduceAlgo::hierarchical, AllreduceAlgo::torus2d};
+
+constexpr const char* name(DeviceKind k) {
+  switch (k) {
+  case DeviceKind::host:
+    return "host";
+  case DeviceKind::cuda:
+    return "cuda";
+  }
+  return "?";
+}
+
+constexpr const char* name(Precision p) {
+  switch (p) {
+  case Precision::fp32:
+    return "fp32";
+  case Precision::tf32:
+    return "tf32";
+  case Precision::bf16:
+    return "bf16";
+  }
+  return "?";
+}
+
+constexpr const char* name(ScheduleKind s) {
+  switch (s) {
+  case ScheduleKind::gpipe:
+    return "gpipe";
+  case ScheduleKind::one_f_one_b:
+    return "1f1b";
+  case ScheduleKind::interleaved:
+    return "interleaved";
+  case ScheduleKind::zb_h1:
+    return "zb-h1";
+  }
+  return "?";
+}
+
+constexpr const char* name(PartitionKind p) {
+  switch (p) {
+  case PartitionKind::uniform:
+    return "uniform";
+  case PartitionKind::params:
+    return "params";
+  case PartitionKind::time:
+    return "time";
+  case PartitionKind::explicit_layers: // the deck gives a list; plans and checkpoints say this
+    return "explicit";
+  }
+  return "?";
+}
+
+constexpr const char* name(Overlap o) {
+  switch (o) {
+  case Overlap::none:
+    return "none";
+  case Overlap::thread:
+    return "thread";
+  case Overlap::poll:
+    return "poll";
+  }
+  return "?";
+}
+
+constexpr const char* name(GpuTransport t) {
+  switch (t) {
+  case GpuTransport::automatic:
+    return "auto";
+  case GpuTransport::nccl:
+    return "nccl";
+  case GpuTransport::mpi:
+    return "mpi";
+  }
+  return "?";
+}
+
+constexpr const char* name(TopologyKind t) {
+  switch (t) {
+  case TopologyKind::automatic:
+    return "auto";
+  case TopologyKind::flat:
+    return "flat";
+  case TopologyKind::fat_tree:
+    return "fat-tree";
+  case TopologyKind::tianhe:
+    return "tianhe";
+  }
+  return "?";
+}
+
+constexpr const char* algorithm_name(AllreduceAlgo algo) {
+  switch (algo) {
+  case AllreduceAlgo::mpi:
+    return "mpi";
+  case AllreduceAlgo::ring:
+    return "ring";
+  case AllreduceAlgo::recursive_doubling:
+    return "recursive-doubling";
+  case AllreduceAlgo::rabenseifner:
+    return "rabenseifner";
+  case AllreduceAlgo::hierarchical:
+    return "hierarchical";
+  case AllreduceAlgo::torus2d:
+    return "torus2d";
+  }
+  return "?";
+}
+
+} // namespace pt

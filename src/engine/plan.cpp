@@ -1,0 +1,124 @@
+// What every rank derives from the deck before training: the partition (profiled when
+// partition = "time"), the schedule and its validation; and the plan printed at startup.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "engine/run.hpp"
+#include "model/partition.hpp"
+#include "ops.hpp"
+#include "schedule/validate.hpp"
+#include "util/errors.hpp"
+
+namespace pt {
+
+double flops_per_token(const ModelConfig& m) {
+  return 6.0 * static_cast<double>(count_model_params(m)) +
+         6.0 * m.n_layer * m.d_model * static_cast<double>(m.seq_len);
+}
+
+namespace {
+
+// Seconds of forward + backward of one micro-batch through a stage of this shape.
+double time_stage(const RunConfig& cfg, const StageSpec& spec, const Backend& be) {
+  GptStage stage(cfg.model, spec, cfg.train.micro_batch, TpGroup{}, be);
+  stage.init_parameters(cfg.train.seed);
+  StageActivations a = stage.make_activations();
+  FloatBuffer dout(a.input.size(), Memory{be.alloc, be.release});
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) { // best of 3 after the first (cold) one
+    const double t0 = MPI_Wtime();
+    stage.forward(a);
+    stage.backward(a, spec.last ? nullptr : dout.data(), 1e-3f, nullptr);
+    if (rep > 0) best = std::min(best, MPI_Wtime() - t0);
+  }
+  return best;
+}
+
+// partition = "time": forward+backward of the embedding, one layer and the head, measured on
+// every rank's hardware and averaged, so every rank derives the same partition.
+BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
+  const int L = cfg.model.n_layer;
+  const Backend& be = open_backend(cfg, world);
+  double t[3] = {time_stage(cfg, StageSpec{true, false, 0, 0}, be),
+                 time_stage(cfg, StageSpec{false, false, 0, 1}, be),
+                 time_stage(cfg, StageSpec{false, true, L, L}, be)};
+  int n = 1;
+  PT_MPI(MPI_Comm_size(world, &n));
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_SUM, world));
+  return BlockCosts{t[0] / n, t[1] / n, t[2] / n};
+}
+
+} // namespace
+
+Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
+  Plan plan;
+  const int S = cfg.parallel.pp * cfg.parallel.virtual_stages;
+  plan.costs = parameter_costs(cfg.model);
+  plan.cost_unit = "parameters";
+  if (cfg.parallel.partition == PartitionKind::time) {
+    if (profile) {
+      plan.costs = profile_costs(cfg, layout.world());
+      plan.cost_unit = "seconds (measured fwd+bwd)";
+    } else {
+      plan.cost_unit = "parameters (time is profiled when training starts)";
+    }
+  }
+  plan.layers = partition_layers(cfg.parallel, cfg.model.n_layer, S, plan.costs);
+  try {
+    plan.schedule =
+        schedule::make_schedule(cfg.parallel.schedule, cfg.parallel.pp, cfg.parallel.micro_batches,
+                                cfg.parallel.virtual_stages);
+  } catch (const std::invalid_argument& e) {
+    throw input_error(cfg.deck_path + ": parallel.schedule = \"" +
+                      std::string(name(cfg.parallel.schedule)) +
+                      "\" does not fit this run: " + e.what());
+  }
+  const schedule::Validation v = schedule::validate(plan.schedule);
+  if (!v.ok) fatal("internal error: generated schedule is invalid: " + v.error);
+  plan.peak_live = v.peak_live;
+  plan.predicted = schedule::simulate(plan.schedule, schedule::Costs{1, 2, 1, 1, 0});
+  return plan;
+}
+
+void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
+  const std::string table = layout.table();
+  if (layout.rank() != 0) return;
+  const auto& m = cfg.model;
+  std::printf("== resolved deck (%s) ==\n%s\n\n", cfg.deck_path.c_str(), cfg.resolved_text.c_str());
+  std::printf("== layout ==\n%s%s", table.c_str(), layout.warnings().c_str());
+  const std::vector<double> cost = stage_costs(plan.layers, plan.costs);
+  std::printf("== partition (%s, cost in %s) ==\n", name(cfg.parallel.partition),
+              plan.cost_unit.c_str());
+  for (std::size_t s = 0; s < plan.layers.size(); ++s) {
+    const StageSpec sp = stage_spec(plan.layers, static_cast<int>(s));
+    std::printf("  stage %2zu (pp rank %d, chunk %d): %s layers %d-%d%s  cost %.4g\n", s,
+                plan.schedule.rank_of(static_cast<int>(s)),
+                plan.schedule.chunk_of(static_cast<int>(s)), sp.first ? "embedding +" : "",
+                sp.layer_begin, sp.layer_end - 1, sp.last ? " + final norm/head/loss" : "",
+                cost[s]);
+  }
+  const long long tokens = static_cast<long long>(cfg.train.global_batch) * m.seq_len;
+  std::printf("== plan ==\n  model: %d layers, d_model %d, %d heads, seq_len %d, vocab %d, %s "
+              "embeddings, %.2fM parameters, %.1f MFLOP/token\n",
+              m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size,
+              m.tie_embeddings ? "tied" : "untied", count_model_params(m) / 1e6,
+              flops_per_token(m) / 1e6);
+  std::printf("  batch: global %d sequences (%lld tokens) per step = dp %d x micro-batch %d x %d "
+              "micro-batches; %d steps\n",
+              cfg.train.global_batch, tokens, cfg.parallel.dp, cfg.train.micro_batch,
+              cfg.accumulation(), cfg.train.steps);
+  std::printf("  schedule: %s, pp %d, v %d, m %d; predicted bubble %.1f%% (T_F = 1, T_B = 2); "
+              "peak live micro-batches per pp rank:",
+              name(cfg.parallel.schedule), cfg.parallel.pp, cfg.parallel.virtual_stages,
+              cfg.parallel.micro_batches, 100.0 * plan.predicted.mean_bubble);
+  for (int n : plan.peak_live) std::printf(" %d", n);
+  std::printf("\n  backend: %s, precision %s, BLAS %s\n", name(cfg.device.kind),
+              name(cfg.device.precision),
+              cfg.device.kind == DeviceKind::cuda ? "cublas (managed memory)" : ops::blas_name());
+  std::fflush(stdout);
+}
+
+} // namespace pt

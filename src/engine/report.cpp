@@ -1,0 +1,208 @@
+// What a step and the end of a run report: metrics.jsonl and rank 0's stdout.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "engine/run.hpp"
+#include "profile.hpp"
+#include "schedule/schedule.hpp"
+#include "util/errors.hpp"
+#include "util/hash.hpp"
+#include "util/test_hooks.hpp"
+
+namespace pt {
+namespace {
+
+// log.op_profile: each op's calls and time, summed over all ranks, largest first, against the
+// ranks' summed step time.
+void print_op_profile(const Layout& layout, int steps, bool after_first, double steps_s) {
+  std::vector<OpTime> ops = op_times();
+  std::vector<double> sec(ops.size() + 1), calls(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    sec[i] = ops[i].seconds;
+    calls[i] = static_cast<double>(ops[i].calls);
+  }
+  sec.back() = steps_s;
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sec.data(), static_cast<int>(sec.size()), MPI_DOUBLE, MPI_SUM,
+                       layout.world()));
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, calls.data(), static_cast<int>(calls.size()), MPI_DOUBLE,
+                       MPI_SUM, layout.world()));
+  if (layout.rank() != 0) return;
+  double all = 0.0;
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    all += sec[i];
+    if (calls[i] > 0) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return sec[a] > sec[b]; });
+  std::printf("op profile (log.op_profile; %d step(s)%s, %d rank(s), each op timed between two "
+              "synchronizes):\n  %-26s %10s %12s %8s %10s\n",
+              steps, after_first ? " after the first" : "", layout.size(), "op", "calls",
+              "total ms", "% ops", "mean us");
+  for (std::size_t i : order) {
+    std::printf("  %-26s %10.0f %12.3f %7.1f%% %10.2f\n", ops[i].name, calls[i], 1e3 * sec[i],
+                all > 0.0 ? 100.0 * sec[i] / all : 0.0, 1e6 * sec[i] / calls[i]);
+  }
+  std::printf("  all ops: %.3f ms of %.3f ms of steps, summed over ranks (%.1f%%); the rest is "
+              "communication, waiting and host work\n",
+              1e3 * all, 1e3 * sec.back(), sec.back() > 0.0 ? 100.0 * all / sec.back() : 0.0);
+  std::fflush(stdout);
+}
+
+// The bubble this step: measured idle / pipeline time (mean over pp ranks), and the simulator's
+// prediction from this step's measured per-rank action costs.
+std::pair<double, double> bubble_of(const Run& run, const StepTimes& times) {
+  const int p = run.layout.pp();
+  if (p < 2) return {0.0, 0.0};
+  MPI_Comm pp = run.layout.pp_comm();
+  double span = times.pipeline_s, compute = times.compute_s;
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &span, 1, MPI_DOUBLE, MPI_MAX, pp));
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &compute, 1, MPI_DOUBLE, MPI_SUM, pp));
+  double mine[4];
+  for (int k = 0; k < 4; ++k) mine[k] = times.op_n[k] ? times.op_s[k] / times.op_n[k] : 0.0;
+  std::vector<double> all(static_cast<std::size_t>(4 * p));
+  PT_MPI(MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, pp));
+  std::vector<schedule::Costs> costs;
+  for (int r = 0; r < p; ++r) {
+    const double* a = all.data() + 4 * r;
+    costs.push_back(schedule::Costs{a[0], a[1], a[2], a[3], 0.0});
+  }
+  return {1.0 - compute / p / span, schedule::simulate(run.plan.schedule, costs).mean_bubble};
+}
+
+// Bytes of the model, optimizer state and activations, the largest rank's.
+double memory_bytes(const Run& run) {
+  double mem = 0.0;
+  for (auto& c : run.chunks) mem += static_cast<double>(c->bytes());
+  for (auto& o : run.opts) mem += static_cast<double>(o->bytes());
+  mem += static_cast<double>(run.engine->activation_bytes());
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mem, 1, MPI_DOUBLE, MPI_MAX, run.layout.world()));
+  return mem;
+}
+
+// The dp reduction over the run and auto's measured choices (rank 0's group).
+void report_dp_reduction(const Run& run, const RunTotals& totals) {
+  const int run_steps = totals.steps_done - totals.first_step;
+  if (run.syncs.empty() || run_steps <= 0) return;
+  int early = totals.comm.buckets_early;
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &early, 1, MPI_INT, MPI_MIN, run.layout.world()));
+  if (run.layout.rank() != 0) return;
+  std::printf("dp gradient reduction (overlap %s): %.2f ms exposed of %.2f ms per step; "
+              "%d bucket(s) started during the backward\n",
+              run.syncs.front()->mode(), 1e3 * totals.comm.exposed_s / run_steps,
+              1e3 * totals.comm.busy_s / run_steps, early);
+  if (const Allreducer* red = run.syncs.front()->reducer()) {
+    for (const auto& [n, ch] : red->measured()) {
+      std::printf("dp all-reduce auto, %.1f KiB: %s (model: %s; measured", n * 4.0 / 1024.0,
+                  algorithm_name(ch.pick), algorithm_name(ch.model));
+      for (const auto& [algo, sec] : ch.seconds) {
+        std::printf(" %s %.1f us", algorithm_name(algo), sec * 1e6);
+      }
+      std::printf(")\n");
+    }
+  }
+  std::fflush(stdout);
+}
+
+// The final parameters, per tensor in model order: an FNV-1a digest of the exact bytes (layouts
+// that must be bit-identical compare these), the sum of squares, and a random projection
+// sum_i p_i u_i (u_i in [-1, 1] from a hash), which any single changed element moves.
+void report_final_params(Run& run) {
+  const bool root = run.layout.rank() == 0;
+  const std::size_t G = run.whole.tensors().size();
+  std::vector<double> sums(2 * G, 0.0);
+  std::vector<unsigned long long> digests(G, 0);
+  for (auto& c : run.chunks) {
+    for (const auto& tensor : c->layout().tensors()) {
+      if (!c->counts_in_norm(tensor)) continue;
+      const std::size_t g = run.tensor_index.at(tensor.name);
+      const float* w = c->params() + tensor.offset;
+      unsigned long long h = 1469598103934665603ULL;
+      const auto* bytes = reinterpret_cast<const unsigned char*>(w);
+      for (std::size_t i = 0; i < tensor.size * sizeof(float); ++i)
+        h = (h ^ bytes[i]) * 1099511628211ULL;
+      // a shard's bytes are not the tensor's: digests are for layouts without tensor parallelism
+      digests[g] = tensor.shard_dim < 0 ? h : 0;
+      double s2 = 0.0, proj = 0.0;
+      for (std::size_t i = 0; i < tensor.size; ++i) {
+        s2 += static_cast<double>(w[i]) * w[i];
+        proj += w[i] * (2.0 * unit_open0(hash3(7, g, c->layout().global_index(tensor, i))) - 1.0);
+      }
+      sums[2 * g] = s2;
+      sums[2 * g + 1] = proj;
+    }
+  }
+  for (MPI_Comm comm : {run.layout.tp_comm(), run.layout.pp_comm()}) {
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(2 * G), MPI_DOUBLE, MPI_SUM,
+                         comm));
+    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, digests.data(), static_cast<int>(G), MPI_UNSIGNED_LONG_LONG,
+                         MPI_SUM, comm));
+  }
+  if (test_hooks().check_tp_replicas && root) {
+    std::printf("tp replica check: %d replicated gradient tensors were bitwise equal on all %d tp "
+                "ranks at every step\n",
+                run.replicas_checked, run.layout.tp());
+  }
+  if (root) {
+    std::vector<ParamSummary> summary;
+    for (std::size_t g = 0; g < G; ++g) {
+      summary.push_back({run.whole.tensors()[g].name, digests[g], sums[2 * g], sums[2 * g + 1]});
+    }
+    run.log->final_params(summary);
+  }
+}
+
+} // namespace
+
+void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
+  const RunConfig& cfg = run.cfg;
+  const double dt = s.seconds;
+  if (step > totals.first_step) {
+    totals.time_sum += dt;
+  } else {
+    totals.first_dt = dt;
+  }
+  totals.ema = step == totals.first_step ? dt : 0.9 * totals.ema + 0.1 * dt;
+  const double tokens_per_step = static_cast<double>(cfg.train.global_batch) * cfg.model.seq_len;
+  StepMetrics sm;
+  sm.step = step + 1;
+  sm.steps = cfg.train.steps;
+  sm.loss = s.loss;
+  sm.lr = s.lr;
+  sm.grad_norm = s.grad_norm;
+  sm.step_time_s = dt;
+  sm.tokens_per_s = tokens_per_step / dt;
+  sm.tflops = flops_per_token(cfg.model) * tokens_per_step / dt / 1e12;
+  sm.mfu = sm.tflops * 1e12 / run.peak_flops;
+  std::tie(sm.bubble, sm.bubble_predicted) = bubble_of(run, s.times);
+  double comm_t[2] = {s.comm.exposed_s, s.comm.busy_s};
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, comm_t, 2, MPI_DOUBLE, MPI_MAX, run.layout.world()));
+  sm.comm_exposed_s = comm_t[0];
+  sm.comm_s = comm_t[1];
+  totals.comm.exposed_s += comm_t[0];
+  totals.comm.busy_s += comm_t[1];
+  totals.comm.buckets_early += s.comm.buckets_early;
+  sm.mem_bytes = memory_bytes(run);
+  sm.eta_s = totals.ema * (cfg.train.steps - step - 1);
+  if (run.layout.rank() == 0) {
+    const bool print = (step + 1) % cfg.log.every == 0 || step == 0 || step + 1 == cfg.train.steps;
+    run.log->step(sm, print);
+  }
+  totals.steps_done = step + 1;
+  totals.final_loss = s.loss;
+}
+
+void report_end(Run& run, const RunTotals& totals) {
+  report_dp_reduction(run, totals);
+  const int timed = totals.steps_done - totals.first_step - 1;
+  if (run.cfg.log.op_profile && timed >= 0) {
+    print_op_profile(run.layout, timed > 0 ? timed : 1, timed > 0,
+                     timed > 0 ? totals.time_sum : totals.first_dt);
+  }
+  report_final_params(run);
+}
+
+} // namespace pt

@@ -1,0 +1,104 @@
+// One training run on this rank: what is set up once before the first step (engine/setup.cpp),
+// one optimizer step (engine/step.cpp), and what each step and the end of the run report
+// (engine/report.cpp). train() (engine/trainer.cpp) strings them together with run control.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "comm/grad_sync.hpp"
+#include "comm/group_reducer.hpp"
+#include "comm/watchdog.hpp"
+#include "data/sampler.hpp"
+#include "data/token_file.hpp"
+#include "engine/pipeline.hpp"
+#include "engine/trainer.hpp"
+#include "model/gpt_stage.hpp"
+#include "model/param_layout.hpp"
+#include "optim/adamw.hpp"
+#include "telemetry/metrics.hpp"
+
+namespace pt {
+
+// The kernel backend of device.kind (collective: every rank reaches the same verdict), wrapped
+// in the op timer when log.op_profile is on.
+const Backend& open_backend(const RunConfig& cfg, MPI_Comm world);
+
+// 6 N + 6 L C T: the matrix products of forward and backward per token (PaLM's MFU count).
+double flops_per_token(const ModelConfig& m);
+
+// Per chunk, the tensors its gradient norm counts (shards on every tp rank, replicated tensors
+// on tp rank 0: each element once): their index in model order, offset and size.
+struct NormTensors {
+  std::vector<std::size_t> index, offset, size;
+  std::vector<double> sums; // scratch: one sum of squares per tensor
+};
+
+struct Run {
+  // Collective over layout.world(): opens the backend, data and metrics log, makes the chunks,
+  // optimizers, reducers, pipeline engine and gradient reductions, measures the peak rate.
+  Run(const RunConfig& cfg, const Layout& layout, const Plan& plan);
+
+  const RunConfig& cfg;
+  const Layout& layout;
+  const Plan& plan;
+  const Backend& be;
+  int blas_threads = 1;
+  Watchdog watchdog;
+  std::unique_ptr<TokenFile> data, val_data;
+  std::unique_ptr<MetricsLog> log;
+  bool nccl = false, nccl_p2p = false;     // GPU dp/tp reductions, pipeline messages through NCCL
+  std::string staged_why, p2p_why;         // why not, when not
+  std::unique_ptr<GroupReducer> tp_reduce; // tp > 1; shared by the chunks (one at a time)
+  std::unique_ptr<GroupReducer> embedding_reduce; // tied embedding across the first/last stage
+  std::vector<std::unique_ptr<GptStage>> chunks;  // chunk c: virtual stage c*pp + pp rank
+  std::vector<std::unique_ptr<AdamW>> opts;
+  ParamLayout whole; // every tensor of the model, in model order
+  std::map<std::string, std::size_t> tensor_index;
+  std::vector<NormTensors> norm_tensors; // per chunk
+  std::unique_ptr<PipelineEngine> engine;
+  std::vector<std::unique_ptr<GradSync>> syncs; // per chunk; none without data parallelism
+  double peak_flops = 0.0;                      // every rank's measured GEMM rate, summed
+  int replicas_checked = 0;                     // test hook check_tp_replicas
+};
+
+struct StepResult {
+  double loss = 0.0; // mean over the global batch
+  double grad_norm = 0.0;
+  double lr = 0.0;
+  double seconds = 0.0;
+  StepTimes times;
+  GradSyncStats comm;
+};
+
+// One optimizer step (collective): zero the gradients, run the schedule, finish the gradients
+// (tied head, dp reduction, tied embedding), reduce the loss, the global norm and clipping,
+// AdamW. Throws Error(non_finite) before any update when the loss or norm is not finite.
+StepResult train_step(Run& run, int step, const Sampler& sampler);
+
+// The run's setup on rank 0's stdout: kernels, threads, peak, where GPU traffic goes.
+void print_run_header(const Run& run);
+
+// What the steps of this run add up to, for the end-of-run summary.
+struct RunTotals {
+  int first_step = 0;    // steps done before this run (resume)
+  int steps_done = 0;    // after the last step run
+  double time_sum = 0.0; // the steps after this run's first
+  double first_dt = 0.0; // this run's first step
+  double ema = 0.0;      // smoothed step time, for the ETA
+  double final_loss = 0.0;
+  GradSyncStats comm; // max over ranks per step, summed
+};
+
+// A step's metrics (bubble against the simulator's prediction, dp reduction, memory, MFU): one
+// line on rank 0 and one metrics.jsonl record. Collective.
+void report_step(Run& run, int step, const StepResult& s, RunTotals& totals);
+
+// After the last step: the dp reduction and auto's choices, the op profile, and the final
+// parameters' digests (layouts that must be bit-identical compare these). Collective.
+void report_end(Run& run, const RunTotals& totals);
+
+} // namespace pt

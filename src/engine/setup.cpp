@@ -1,0 +1,250 @@
+// A run's setup before the first step: backend, data, metrics log, chunks, reducers, pipeline
+// engine, gradient reductions.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
+#include "comm/allreduce.hpp"
+#include "comm/reducers.hpp"
+#include "cuda/device_query.hpp"
+#include "engine/run.hpp"
+#include "ops.hpp"
+#include "profile.hpp"
+#include "telemetry/peak.hpp"
+#include "util/errors.hpp"
+#include "util/test_hooks.hpp"
+
+namespace pt {
+namespace {
+
+// Opens a token file on every rank; the first rank that fails reports for all.
+std::unique_ptr<TokenFile> open_collectively(MPI_Comm comm, const std::string& path, int vocab,
+                                             int seq_len) {
+  std::unique_ptr<TokenFile> f;
+  std::optional<Error> err;
+  try {
+    f = std::make_unique<TokenFile>(path, vocab, seq_len + 1);
+  } catch (const Error& e) {
+    err = e;
+  }
+  agree(comm, err);
+  return f;
+}
+
+// The kernel backend of device.kind. CUDA: one GPU per rank, chosen by the rank's index among
+// the ranks of its node (several ranks share a GPU when there are more ranks than GPUs). Every
+// rank reaches the same verdict; a failure is an input error naming the fix.
+// PIPETRAIN_TEST_STAGED=1 (tests) gives the host backend with MPI staging.
+const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
+  if (d.kind != DeviceKind::cuda) {
+    // test switch: the GPU backend's host staging of MPI traffic, on the host
+    return test_hooks().staged ? host_staged_backend() : host_backend();
+  }
+  const int local = physical_node(world).first;
+  const Backend* be = nullptr;
+  std::optional<Error> err;
+  std::string why;
+  const int n = cuda::device_count(why);
+  if (n == 0) {
+    err = input_error("device.kind = \"cuda\": no usable GPU (" + why +
+                      "); use device.kind=\"host\"");
+  } else {
+    try {
+      be = &cuda::start(local % n, name(d.precision));
+    } catch (const std::exception& e) {
+      err = input_error("device.kind = \"cuda\": GPU " + std::to_string(local % n) +
+                        " could not be started: " + e.what() + "; use device.kind=\"host\"");
+    }
+  }
+  agree(world, err);
+  return *be;
+}
+
+int blas_threads_for(const DeviceConfig& d, const Layout& layout) {
+  if (d.blas_threads > 0) return d.blas_threads;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, layout.ranks_on_node()));
+}
+
+// The data-parallel gradient reduction of each chunk (none without data parallelism): buckets,
+// algorithm, topology model and overlap mode from [comm]; prints the choice on rank 0.
+std::vector<std::unique_ptr<GradSync>>
+make_grad_syncs(const RunConfig& cfg, const Layout& layout,
+                std::vector<std::unique_ptr<GptStage>>& chunks, const Watchdog& watchdog,
+                bool nccl) {
+  std::vector<std::unique_ptr<GradSync>> syncs;
+  const CommConfig& cc = cfg.comm;
+  AllreduceOptions opt;
+  opt.algo = cc.allreduce;
+  opt.autotune = cc.autotune && !cfg.runtime.deterministic;
+  // the dp group's ranks per node (a node holds ranks_on_node / (pp*tp) replicas of a stage)
+  opt.node_size = std::max(1, layout.ranks_on_node() / (layout.pp() * layout.tp()));
+  const int nodes = std::max(1, layout.dp() / opt.node_size);
+  std::optional<Error> err;
+  try { // read a calibration file even without data parallelism: a wrong path is an error
+    opt.topology = resolve_topology(name(cc.topology), cc.calibration, nodes);
+  } catch (const Error& e) {
+    err = e;
+  }
+  agree(layout.world(), err);
+  if (layout.dp() < 2) return syncs;
+  if (cc.overlap == Overlap::thread) {
+    int provided = MPI_THREAD_SINGLE;
+    PT_MPI(MPI_Query_thread(&provided));
+    if (provided < MPI_THREAD_MULTIPLE) {
+      throw input_error("comm.overlap = \"thread\" needs an MPI library with "
+                        "MPI_THREAD_MULTIPLE, and this one provides level " +
+                        std::to_string(provided) +
+                        ".\n---> HINT: use comm.overlap = \"poll\" or \"none\"");
+    }
+  }
+  opt.watchdog = &watchdog;
+  opt.what = "the data-parallel gradient all-reduce";
+  const std::size_t bucket_floats = static_cast<std::size_t>(cc.bucket_mb * 262144.0);
+  std::size_t buckets = 0, largest = 0;
+  for (auto& c : chunks) {
+    std::vector<GradBucket> b = make_buckets(c->layout(), bucket_floats);
+    buckets += b.size();
+    for (const GradBucket& k : b) largest = std::max(largest, k.count);
+    std::unique_ptr<cuda::NcclComm> device; // a communicator per chunk, on a side stream
+    if (nccl) device = make_nccl(layout.dp_comm(), true, layout.world());
+    syncs.push_back(std::make_unique<GradSync>(c->grads(), std::move(b), layout.dp_comm(),
+                                               cc.overlap, opt, c->backend(), std::move(device)));
+  }
+  if (layout.rank() == 0 && nccl) {
+    std::printf("  dp gradient all-reduce: NCCL on device memory over %d rank(s), on a side "
+                "stream as buckets become final; %zu bucket(s) per dp group, largest %.2f MiB\n",
+                layout.dp(), buckets, static_cast<double>(largest) * sizeof(float) / 1048576.0);
+    std::fflush(stdout);
+  } else if (layout.rank() == 0) {
+    const double bytes = static_cast<double>(largest) * sizeof(float);
+    std::printf("  dp gradient all-reduce: %s%s over %d rank(s) in %d node(s), topology %s; "
+                "%zu bucket(s) per dp group, largest %.2f MiB; overlap %s\n",
+                cc.allreduce ? algorithm_name(*cc.allreduce) : "auto",
+                opt.algo ? ""
+                         : (std::string(" (") +
+                            algorithm_name(
+                                choose_algorithm(bytes, layout.dp(), opt.node_size, opt.topology)) +
+                            (cc.autotune ? " by the model for the largest bucket, measured "
+                                           "on the first steps)"
+                                         : " for the largest bucket)"))
+                               .c_str(),
+                layout.dp(), nodes, opt.topology.name.c_str(), buckets, bytes / 1048576.0,
+                name(cc.overlap));
+    std::fflush(stdout);
+  }
+  return syncs;
+}
+
+// This rank's chunks (virtual stages c*p + pp) with their optimizers and reducers, and the
+// tensors each chunk's gradient norm counts. Every tensor of the model has one index, so the
+// norm is summed in one order in every layout (bit-identical to the single-rank run).
+void make_chunks(Run& run) {
+  const RunConfig& cfg = run.cfg;
+  const Layout& layout = run.layout;
+  const int p = cfg.parallel.pp, me = layout.coords().pp;
+  if (layout.tp() > 1) {
+    run.tp_reduce = make_reducer(
+        layout.tp_comm(),
+        "the tensor-parallel all-reduce (tp group of pipeline rank " + std::to_string(me) + ")",
+        run.watchdog, run.be,
+        run.nccl ? make_nccl(layout.tp_comm(), false, layout.world()) : nullptr);
+  }
+  if (layout.embedding_comm() != MPI_COMM_NULL && cfg.model.tie_embeddings) {
+    run.embedding_reduce = make_reducer(
+        layout.embedding_comm(), "the tied-embedding gradient all-reduce", run.watchdog, run.be);
+  }
+  for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
+    const TpGroup tp{layout.coords().tp, layout.tp(), run.tp_reduce.get()};
+    run.chunks.push_back(std::make_unique<GptStage>(
+        cfg.model, stage_spec(run.plan.layers, c * p + me), cfg.train.micro_batch, tp, run.be));
+    run.chunks.back()->init_parameters(cfg.train.seed);
+    run.opts.push_back(std::make_unique<AdamW>(run.chunks.back()->layout(), cfg.train, run.be));
+  }
+  for (std::size_t i = 0; i < run.whole.tensors().size(); ++i) {
+    run.tensor_index[run.whole.tensors()[i].name] = i;
+  }
+  run.norm_tensors.resize(run.chunks.size());
+  for (std::size_t k = 0; k < run.chunks.size(); ++k) {
+    NormTensors& nt = run.norm_tensors[k];
+    for (const auto& tensor : run.chunks[k]->layout().tensors()) {
+      if (!run.chunks[k]->counts_in_norm(tensor)) continue;
+      nt.index.push_back(run.tensor_index.at(tensor.name));
+      nt.offset.push_back(tensor.offset);
+      nt.size.push_back(tensor.size);
+    }
+    nt.sums.resize(nt.index.size());
+  }
+}
+
+} // namespace
+
+// The backend of device.kind, wrapped in the op timer when log.op_profile is on.
+const Backend& open_backend(const RunConfig& cfg, MPI_Comm world) {
+  const Backend& be = open_device(cfg.device, world);
+  return cfg.log.op_profile ? profiled_backend(be) : be;
+}
+
+Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
+    : cfg(cfg_), layout(layout_), plan(plan_), be(open_backend(cfg_, layout_.world())),
+      blas_threads(blas_threads_for(cfg_.device, layout_)),
+      watchdog(cfg_.runtime.hang_timeout_s, layout_.rank()),
+      whole(cfg_.model, StageSpec{true, true, 0, cfg_.model.n_layer}) {
+  ops::set_blas_threads(blas_threads);
+  const ModelConfig& m = cfg.model;
+  data = open_collectively(layout.world(), cfg.data.path, m.vocab_size, m.seq_len);
+  if (!cfg.data.val_path.empty()) {
+    val_data = open_collectively(layout.world(), cfg.data.val_path, m.vocab_size, m.seq_len);
+  }
+  std::optional<Error> log_err;
+  try {
+    log = std::make_unique<MetricsLog>(cfg.log.dir, layout.rank() == 0);
+  } catch (const Error& e) {
+    log_err = e;
+  }
+  agree(layout.world(), log_err);
+  nccl =
+      use_nccl("comm.gpu_collectives", cfg.comm.gpu_collectives, cfg, layout.world(), staged_why);
+  make_chunks(*this);
+  const int p = cfg.parallel.pp;
+  nccl_p2p = p > 1 && use_nccl("comm.gpu_p2p", cfg.comm.gpu_p2p, cfg, layout.world(), p2p_why);
+  engine =
+      std::make_unique<PipelineEngine>(cfg, layout, plan.schedule, chunks, watchdog,
+                                       nccl_p2p ? make_nccl_links(plan.schedule, layout)
+                                                : std::vector<std::unique_ptr<cuda::NcclLink>>{});
+  syncs = make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
+  std::vector<GradSync*> raw;
+  for (const auto& s : syncs) raw.push_back(s.get());
+  engine->set_grad_sync(raw);
+  // MFU denominator: every rank's measured matrix-product rate (host sgemm, or cuBLAS at the
+  // deck's precision), summed. Ranks sharing a GPU each count it: MFU is then understated.
+  peak_flops = cfg.device.kind == DeviceKind::cuda ? cuda::measure_gemm_flops(0.25)
+                                                   : measure_sgemm_flops(0.25);
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &peak_flops, 1, MPI_DOUBLE, MPI_SUM, layout.world()));
+}
+
+void print_run_header(const Run& run) {
+  if (run.layout.rank() != 0) return;
+  const Backend& be = run.be;
+  const bool gpu = run.cfg.device.kind == DeviceKind::cuda;
+  std::printf("== run ==\n  kernels %s; %d BLAS thread(s) per rank; measured %s peak %.1f "
+              "GFLOP/s (all ranks); metrics -> %s\n",
+              be.name, run.blas_threads, gpu ? "cuBLAS 4096^3 GEMM" : "sgemm", run.peak_flops / 1e9,
+              run.log->path().c_str());
+  if (!be.on_host() && (run.layout.dp() > 1 || run.layout.tp() > 1)) {
+    std::printf("  GPU dp/tp reductions: %s\n",
+                run.nccl ? "NCCL on device memory"
+                         : ("MPI on host copies (" + run.staged_why + ")").c_str());
+  }
+  if (!be.on_host() && run.layout.pp() > 1) {
+    std::printf("  GPU pipeline messages: %s\n",
+                run.nccl_p2p ? "NCCL send/receive on device memory"
+                             : ("MPI on host copies (" + run.p2p_why + ")").c_str());
+  }
+  std::fflush(stdout);
+}
+
+} // namespace pt

@@ -1,0 +1,128 @@
+// One optimizer step: the schedule, the gradients' reductions, the norm, clipping and AdamW.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "engine/run.hpp"
+#include "optim/lr_schedule.hpp"
+#include "util/errors.hpp"
+#include "util/test_hooks.hpp"
+
+namespace pt {
+namespace {
+
+// Every replicated tensor's gradient must be the same bytes on every tp rank (by construction:
+// replicated parameters see replicated inputs). Compares min and max over the tp group.
+void check_replicated_grads(std::vector<std::unique_ptr<GptStage>>& chunks, const Layout& layout,
+                            int step, int& checked) {
+  if (layout.tp() < 2) return;
+  int count = 0;
+  for (auto& c : chunks) {
+    for (const auto& t : c->layout().tensors()) {
+      if (t.shard_dim >= 0) continue;
+      const float* g = c->grads() + t.offset;
+      std::vector<float> lo(g, g + t.size), hi(g, g + t.size);
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MIN,
+                           layout.tp_comm()));
+      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MAX,
+                           layout.tp_comm()));
+      if (std::memcmp(lo.data(), hi.data(), t.size * sizeof(float)) != 0) {
+        fatal("step " + std::to_string(step + 1) + ": the gradient of replicated tensor " + t.name +
+              " differs between tp ranks");
+      }
+      ++count;
+    }
+  }
+  checked = count;
+}
+
+// Gradients after the schedule: the tied head's share folded into the embedding, the
+// data-parallel sum (buckets not yet started), the tied embedding summed over its two stages.
+void finish_gradients(Run& run, GradSyncStats& comm) {
+  for (std::size_t c = 0; c < run.chunks.size(); ++c) {
+    run.chunks[c]->fold_tied_head_grad();
+    if (!run.syncs.empty()) run.syncs[c]->finish(comm);
+  }
+  if (run.embedding_reduce) {
+    const int v = run.cfg.parallel.virtual_stages;
+    GptStage& edge = *run.chunks[run.layout.coords().pp == 0 ? 0 : static_cast<std::size_t>(v - 1)];
+    const ParamTensor& wte = edge.layout().at("wte");
+    run.embedding_reduce->sum(edge.grads() + wte.offset, wte.size);
+  }
+}
+
+// The mean loss over the global batch on every rank: the last pipeline rank's sum over its
+// micro-batches, summed over dp replicas, broadcast along the pipeline.
+double reduce_loss(Run& run, double loss) {
+  const Layout& layout = run.layout;
+  if (layout.dp() > 1) {
+    run.watchdog.allreduce(&loss, 1, MPI_DOUBLE, MPI_SUM, layout.dp_comm(), "the loss all-reduce");
+  }
+  run.watchdog.bcast(&loss, 1, MPI_DOUBLE, layout.pp() - 1, layout.pp_comm(), "the loss broadcast");
+  return loss / (static_cast<double>(run.cfg.accumulation()) * layout.dp());
+}
+
+// The global gradient norm: each tensor once, summed in model order; one backend call (one
+// wait on a GPU) per chunk.
+double grad_norm(Run& run) {
+  const Layout& layout = run.layout;
+  std::vector<double> sq(run.whole.tensors().size(), 0.0);
+  for (std::size_t k = 0; k < run.chunks.size(); ++k) {
+    NormTensors& nt = run.norm_tensors[k];
+    run.be.sum_squares_each(nt.sums.data(), run.chunks[k]->grads(), nt.offset.data(),
+                            nt.size.data(), static_cast<int>(nt.index.size()));
+    for (std::size_t i = 0; i < nt.index.size(); ++i) sq[nt.index[i]] = nt.sums[i];
+  }
+  const int count = static_cast<int>(sq.size());
+  if (layout.tp() > 1) {
+    run.watchdog.allreduce(sq.data(), count, MPI_DOUBLE, MPI_SUM, layout.tp_comm(),
+                           "the gradient-norm all-reduce (tp)");
+  }
+  if (layout.pp() > 1) {
+    run.watchdog.allreduce(sq.data(), count, MPI_DOUBLE, MPI_SUM, layout.pp_comm(),
+                           "the gradient-norm all-reduce");
+  }
+  double norm2 = 0.0;
+  for (double x : sq) norm2 += x;
+  return std::sqrt(norm2);
+}
+
+} // namespace
+
+StepResult train_step(Run& run, int step, const Sampler& sampler) {
+  const TrainConfig& t = run.cfg.train;
+  StepResult r;
+  const double t0 = MPI_Wtime();
+  for (auto& c : run.chunks) c->zero_grads();
+  const double loss = run.engine->run(step, sampler, r.times);
+  finish_gradients(run, r.comm);
+  r.loss = reduce_loss(run, loss);
+  r.grad_norm = grad_norm(run);
+  if (test_hooks().check_tp_replicas) {
+    check_replicated_grads(run.chunks, run.layout, step, run.replicas_checked);
+  }
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    throw Error(ExitCode::non_finite,
+                "step " + std::to_string(step + 1) + ": loss = " + std::to_string(r.loss) +
+                    ", grad norm = " + std::to_string(r.grad_norm) +
+                    " are not finite; nothing was updated.\n---> HINT: lower train.lr, raise "
+                    "train.warmup_steps, or keep train.grad_clip > 0");
+  }
+  // torch.nn.utils.clip_grad_norm_ semantics
+  float grad_scale = 1.0f;
+  if (t.grad_clip > 0.0) {
+    const double coef = t.grad_clip / (r.grad_norm + 1e-6);
+    if (coef < 1.0) grad_scale = static_cast<float>(coef);
+  }
+  r.lr = learning_rate(t, step);
+  for (std::size_t c = 0; c < run.chunks.size(); ++c) {
+    run.opts[c]->step(run.chunks[c]->params(), run.chunks[c]->grads(), r.lr, grad_scale);
+  }
+  r.seconds = MPI_Wtime() - t0;
+  return r;
+}
+
+} // namespace pt
