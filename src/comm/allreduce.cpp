@@ -115,28 +115,28 @@ void ReduceComm::exchange(const float* send_buf, std::size_t ns, int to, float* 
   MPI_Request r[2];
   PT_MPI(MPI_Irecv(recv_buf, as_count(nr), MPI_FLOAT, from, kTag, comm, &r[0]));
   PT_MPI(MPI_Isend(send_buf, as_count(ns), MPI_FLOAT, to, kTag, comm, &r[1]));
-  watchdog->wait(r[0], what);
-  watchdog->wait(r[1], what);
+  wait(r[0]);
+  wait(r[1]);
+}
+
+void ReduceComm::wait(MPI_Request& r) const {
+  if (watchdog != nullptr) {
+    watchdog->wait(r, what);
+  } else {
+    PT_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  }
 }
 
 void ReduceComm::send(const float* x, std::size_t n, int to) const {
   MPI_Request r;
   PT_MPI(MPI_Isend(x, as_count(n), MPI_FLOAT, to, kTag, comm, &r));
-  if (watchdog != nullptr) {
-    watchdog->wait(r, what);
-  } else {
-    PT_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
-  }
+  wait(r);
 }
 
 void ReduceComm::recv(float* x, std::size_t n, int from) const {
   MPI_Request r;
   PT_MPI(MPI_Irecv(x, as_count(n), MPI_FLOAT, from, kTag, comm, &r));
-  if (watchdog != nullptr) {
-    watchdog->wait(r, what);
-  } else {
-    PT_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
-  }
+  wait(r);
 }
 
 void ReduceComm::barrier() const {

@@ -44,6 +44,7 @@ struct ReduceComm {
   void send(const float* x, std::size_t n, int to) const;
   void recv(float* x, std::size_t n, int from) const;
   void barrier() const;
+  void wait(MPI_Request& r) const; // under the watchdog when there is one
 };
 
 // The one-level algorithms: buf (n floats) summed in place over every rank of c; tmp is scratch,
