@@ -16,13 +16,10 @@ namespace {
 // and a float32 sum at memory speed. Between nodes: HDR InfiniBand class (200 Gbit/s, ~1.5 us
 // MPI latency) or Tianhe-2A (TH Express-2A: about 1 us and 14 Gbit/s per link, Dongarra 2017).
 // A byte copied into or out of a shared window costs half a byte of a shared-memory message:
-// the transport copies a message twice (into its buffer and out) or once from the kernel with
-// its pages pinned per call, the window once in user space. Priced alike until stop 25, the
-// window step never beat a ring on one node in the model, while it ran up to 3x faster than ring
-// at most sizes from 8 KiB on all three VMs measured (docs/collectives.md, "Stop 25").
-const LinkCost kSharedMemory{0.4e-6, 1.0 / 10e9, 1.0 / 4e9, 1.0 / 20e9, {}, {}, {}, {}};
-const LinkCost kInfiniBandHdr{1.5e-6, 1.0 / 23e9, 1.0 / 4e9, 1.0 / 10e9, {}, {}, {}, {}};
-const LinkCost kTianhe2A{1.0e-6, 8.0 / 14e9, 1.0 / 4e9, 1.0 / 10e9, {}, {}, {}, {}};
+// the transport copies a message twice (into its buffer and out), the window once.
+const LinkCost kSharedMemory{0.4e-6, 1.0 / 10e9, 1.0 / 4e9, 1.0 / 20e9};
+const LinkCost kInfiniBandHdr{1.5e-6, 1.0 / 23e9, 1.0 / 4e9, 1.0 / 10e9};
+const LinkCost kTianhe2A{1.0e-6, 8.0 / 14e9, 1.0 / 4e9, 1.0 / 10e9};
 
 // One step of a pairwise exchange: `bytes` each way, `share` ranks of a node using the node's
 // network link at once (modelled as one message of share * bytes).
@@ -89,25 +86,11 @@ double rabenseifner_time(double n, const Shape& s, const Topology& t) {
   return time;
 }
 
-// Piecewise-linear through measured points (xs ascending): the first value below them, and
-// past the last one a line of the given slope.
-double interpolate(double x, const std::vector<double>& xs, const std::vector<double>& ys,
-                   double slope) {
-  if (x <= xs[0]) return ys[0];
-  for (std::size_t i = 1; i < xs.size(); ++i) {
-    if (x <= xs[i]) return ys[i - 1] + (x - xs[i - 1]) / (xs[i] - xs[i - 1]) * (ys[i] - ys[i - 1]);
-  }
-  return ys.back() + (x - xs.back()) * slope;
-}
-
 // hierarchical's node-local step through the shared window, g ranks: per segment three
 // barriers (a dissemination barrier: ceil(log2 g) exchanges of nothing); each rank copies the
 // g-1 chunks it does not own into the window and the g-1 sums of the others out of it, and adds
 // g-1 copies of its own n/g chunk
 double shm_node_time(double n, int g, const LinkCost& l) {
-  if (!l.window_bytes.empty()) { // measured; past the largest size, proportional to n
-    return interpolate(n, l.window_bytes, l.window_s, l.window_s.back() / l.window_bytes.back());
-  }
   int rounds = 0;
   while ((1 << rounds) < g) ++rounds;
   const double segments =
@@ -156,29 +139,6 @@ double number(const toml::table& tbl, const char* key, const std::string& where)
   return v;
 }
 
-// <name>_bytes (ascending) and <name>_us (positive), both or neither
-void read_table(const toml::table& t, const std::string& name, const std::string& where,
-                std::vector<double>& bytes, std::vector<double>& secs) {
-  const toml::array* sizes = t.get_as<toml::array>(name + "_bytes");
-  const toml::array* times = t.get_as<toml::array>(name + "_us");
-  const std::string hint = ".\n---> HINT: rerun `pipetrain-bench calibrate`";
-  if ((sizes == nullptr) != (times == nullptr) ||
-      (sizes != nullptr && sizes->size() != times->size())) {
-    throw input_error(where + ": " + name + "_bytes and " + name +
-                      "_us must both be there, of equal length" + hint);
-  }
-  for (std::size_t i = 0; sizes != nullptr && i < sizes->size(); ++i) {
-    const auto b = (*sizes)[i].value<double>();
-    const auto us = (*times)[i].value<double>();
-    if (!b || !us || *b <= 0 || *us <= 0 || (i > 0 && *b <= bytes.back())) {
-      throw input_error(where + ": " + name + "_bytes must ascend and " + name +
-                        "_us be positive numbers (entry " + std::to_string(i + 1) + ")" + hint);
-    }
-    bytes.push_back(*b);
-    secs.push_back(*us * 1e-6);
-  }
-}
-
 LinkCost read_level(const toml::table& root, const char* level, const std::string& path) {
   const toml::table* t = root.get_as<toml::table>(level);
   const std::string where = path + " [" + level + "]";
@@ -192,8 +152,6 @@ LinkCost read_level(const toml::table& root, const char* level, const std::strin
   l.beta = 1.0 / (number(*t, "bandwidth_GBps", where) * 1e9);
   l.gamma = number(*t, "gamma_ns_per_byte", where) * 1e-9;
   l.copy = t->get("copy_ns_per_byte") ? number(*t, "copy_ns_per_byte", where) * 1e-9 : l.beta;
-  read_table(*t, "exchange", where, l.table_bytes, l.table_s);
-  read_table(*t, "window", where, l.window_bytes, l.window_s);
   return l;
 }
 
@@ -205,11 +163,6 @@ int grid_columns(int p) {
     if (p % d == 0) rows = d;
   }
   return p / rows;
-}
-
-double LinkCost::message(double bytes) const {
-  if (table_bytes.empty()) return alpha + bytes * beta;
-  return interpolate(bytes, table_bytes, table_s, beta);
 }
 
 Topology topology_preset(const std::string& name) {
@@ -257,19 +210,6 @@ std::string calibration_toml(const Topology& t, const std::string& header) {
     o << "bandwidth_GBps = " << 1.0 / l.beta / 1e9 << "\n";
     o << "gamma_ns_per_byte = " << l.gamma * 1e9 << "\n";
     o << "copy_ns_per_byte = " << l.copy * 1e9 << "\n";
-    auto table = [&](const char* key, const std::vector<double>& b,
-                     const std::vector<double>& sec) {
-      if (b.empty() || !measured) return;
-      o << key << "_bytes = [";
-      for (std::size_t i = 0; i < b.size(); ++i) {
-        o << (i ? ", " : "") << static_cast<long long>(b[i]);
-      }
-      o << "]\n" << key << "_us = [";
-      for (std::size_t i = 0; i < sec.size(); ++i) o << (i ? ", " : "") << sec[i] * 1e6;
-      o << "]\n";
-    };
-    table("exchange", l.table_bytes, l.table_s);
-    table("window", l.window_bytes, l.window_s);
     o << "measured = " << (measured ? "true" : "false") << "\n";
   };
   level("intra", t.intra, true);

@@ -20,15 +20,8 @@ struct LinkCost {
   double beta = 0.0;  // s per byte
   double gamma = 0.0; // s per byte summed
   double copy = 0.0;  // s per byte copied by a rank (shared-memory window steps)
-  // Measured exchange times (calibration), ascending sizes: a message's time is interpolated
-  // from them, which captures protocol switches (eager / rendezvous) that alpha + m beta
-  // misses; beyond the largest size the line continues with slope beta. Empty: alpha + m beta.
-  std::vector<double> table_bytes, table_s;
-  // Measured times of hierarchical's node-local window step (copy in, sum, copy out) on a
-  // node, per message size (calibration); empty: modelled from barriers, copy and gamma.
-  std::vector<double> window_bytes, window_s;
 
-  double message(double bytes) const; // seconds for one exchange of `bytes` each way
+  double message(double bytes) const { return alpha + bytes * beta; } // one exchange each way
 };
 
 struct Topology {
@@ -78,9 +71,7 @@ int grid_columns(int p);
 int two_level_row(AllreduceAlgo algo, int p, int node_size);
 
 // Floats of a message that hierarchical's node-local step moves through the shared window at
-// a time (split over the node's ranks): longer messages go in segments, each with three
-// barriers. The window may pick a quarter of this per message size instead (SegmentChooser);
-// the cost model counts this length.
+// a time (split over the node's ranks): longer messages go in segments, each with three barriers.
 constexpr std::size_t kWindowSegmentFloats = std::size_t{1} << 18;
 
 } // namespace pt

@@ -1,6 +1,7 @@
 #include "engine/pipeline.hpp"
 
 #include <algorithm>
+#include <functional>
 
 #include "util/test_hooks.hpp"
 
@@ -132,41 +133,26 @@ const float* PipelineEngine::stage_output(const StageActivations& a) const {
   return a.blocks.empty() ? a.input.data() : a.blocks.back().out.data();
 }
 
-double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
-  const int NC = N_ * C_;
-  const int B = cfg_.train.micro_batch;
-  const int m = sched_.m;
-  const std::int64_t first_sample = static_cast<std::int64_t>(layout_.coords().dp) * m * B;
-  const double t_start = MPI_Wtime();
-
-  // every receive of the step is posted before any action runs
-  std::map<MsgKey, PipeTransport::Handle> recv_req =
-      transport_.receive_step([this](const MsgKey& k) { return recv_buf_.at(k).data(); });
-  std::map<Key, PipeTransport::Handle> act_send_req;
-  std::vector<PipeTransport::Handle> grad_send_req;
+// What one run() keeps between its actions.
+struct PipelineEngine::Step {
+  int step;
+  std::int64_t first_sample; // this dp replica's first sample of the step
+  const Sampler& sampler;
+  StepTimes& t;
+  std::map<MsgKey, PipeTransport::Handle> recv;
+  std::map<Key, PipeTransport::Handle> act_sends;
+  std::vector<PipeTransport::Handle> grad_sends;
   double loss_sum = 0.0;
-  bool dropped = false;
+  bool dropped = false; // test hook drop_send: the first SEND_ACT was skipped
+};
 
-  auto timed = [&](int op, auto&& fn) {
-    const double t0 = MPI_Wtime();
-    fn();
-    const double dt = MPI_Wtime() - t0;
-    t.compute_s += dt;
-    t.op_s[op] += dt;
-    ++t.op_n[op];
-  };
-  auto describe_wait = [&](const Action& a) {
-    return schedule::describe(a) + " (pipeline rank " + std::to_string(me_) + ", step " +
-           std::to_string(step + 1) + ")";
-  };
-  auto wait_act_send = [&](int mb, int chunk) {
-    auto it = act_send_req.find({mb, chunk});
-    if (it == act_send_req.end()) return;
-    t.wait_s += transport_.wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) +
-                                                ", chunk " + std::to_string(chunk) + ")");
-    act_send_req.erase(it);
-  };
-
+double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
+  const double t_start = MPI_Wtime();
+  // every receive of the step is posted before any action runs
+  Step st{step, static_cast<std::int64_t>(layout_.coords().dp) * sched_.m * cfg_.train.micro_batch,
+          sampler, t,
+          transport_.receive_step([this](const MsgKey& k) { return recv_buf_.at(k).data(); }),
+          {}, {}};
   for (std::size_t ai = 0; ai < actions_.size(); ++ai) {
     const Action& a = actions_[ai];
     GptStage& stage = *chunks_[static_cast<std::size_t>(a.chunk)];
@@ -177,86 +163,107 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
     const bool hook =
         sync != nullptr && ai == last_weight_action_[static_cast<std::size_t>(a.chunk)];
     if (hook) stage.set_weight_grad_hook([sync](int layer) { sync->layer_done(layer); });
-    switch (a.op) {
-    case Op::RECV_ACT:
-    case Op::RECV_GRAD:
-      t.wait_s += transport_.wait(recv_req.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
-                                  describe_wait(a));
-      break;
-    case Op::F: {
-      Slot& s = acquire(a.chunk, a.mb);
-      timed(0, [&] {
-        if (stage.spec().first || stage.spec().last) {
-          sampler.fill(step, first_sample + static_cast<std::int64_t>(a.mb) * B, B,
-                       s.acts.tokens.data(), s.acts.targets.data());
-        }
-        if (!stage.spec().first) {
-          stage.backend().copy(s.acts.input.data(), recv_buffer(0, a.mb, a.chunk),
-                               static_cast<std::size_t>(NC) * sizeof(float));
-        }
-        loss_sum += stage.forward(s.acts);
-      });
-      break;
-    }
-    case Op::SEND_ACT: {
-      if (drop_first_send_ && !dropped) { // test-only: provoke the hang watchdog
-        dropped = true;
-        break;
-      }
-      const float* out = stage_output(live_.at({a.mb, a.chunk})->acts);
-      if (staged_ && !transport_.device()) {
-        out = sendable(stage, out, act_send_buf_.at({a.mb, a.chunk}));
-      }
-      act_send_req[{a.mb, a.chunk}] = transport_.start_send(out, 0, a.mb, a.chunk, a.peer);
-      break;
-    }
-    case Op::B: {
-      Slot& s = *live_.at({a.mb, a.chunk});
-      timed(1, [&] {
-        const float* dout = received_grad(stage, a.mb, a.chunk);
-        float* d_input = stage.spec().first ? nullptr : grad_send_buf_.at({a.mb, a.chunk}).data();
-        stage.backward(s.acts, dout, loss_scale_, d_input);
-      });
-      wait_act_send(a.mb, a.chunk);
-      release(a.chunk, a.mb);
-      break;
-    }
-    case Op::BI: {
-      Slot& s = *live_.at({a.mb, a.chunk});
-      timed(2, [&] {
-        const float* dout = received_grad(stage, a.mb, a.chunk);
-        stage.backward_input(s.acts, dout, loss_scale_, s.stash);
-        if (!stage.spec().first) {
-          stage.backend().copy(grad_send_buf_.at({a.mb, a.chunk}).data(), s.stash.d_input.data(),
-                               static_cast<std::size_t>(NC) * sizeof(float));
-          stage.backend().synchronize(); // SEND_GRAD reads it (from the host side, with MPI)
-        }
-      });
-      break;
-    }
-    case Op::BW: {
-      Slot& s = *live_.at({a.mb, a.chunk});
-      timed(3, [&] { stage.backward_weight(s.acts, s.stash); });
-      wait_act_send(a.mb, a.chunk);
-      release(a.chunk, a.mb);
-      break;
-    }
-    case Op::SEND_GRAD:
-      grad_send_req.push_back(transport_.start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1,
-                                                    a.mb, a.chunk, a.peer));
-      break;
-    }
+    execute(a, stage, st);
     if (hook) stage.set_weight_grad_hook({});
     for (GradSync* g : sync_) {
       if (g != nullptr) g->poll();
     }
   }
-  for (auto& [k, req] : act_send_req) {
+  for (auto& [k, req] : st.act_sends) {
     t.wait_s += transport_.wait(req, "completion of SEND_ACT(mb " + std::to_string(k.first) + ")");
   }
-  for (auto& req : grad_send_req) t.wait_s += transport_.wait(req, "completion of SEND_GRAD");
+  for (auto& req : st.grad_sends) t.wait_s += transport_.wait(req, "completion of SEND_GRAD");
   t.pipeline_s = MPI_Wtime() - t_start;
-  return loss_sum;
+  return st.loss_sum;
+}
+
+void PipelineEngine::timed(Step& st, int op, const std::function<void()>& fn) {
+  const double t0 = MPI_Wtime();
+  fn();
+  const double dt = MPI_Wtime() - t0;
+  st.t.compute_s += dt;
+  st.t.op_s[op] += dt;
+  ++st.t.op_n[op];
+}
+
+// A micro-batch's activation send must be complete before its slot is reused.
+void PipelineEngine::finish_slot(Step& st, int chunk, int mb) {
+  if (auto it = st.act_sends.find({mb, chunk}); it != st.act_sends.end()) {
+    st.t.wait_s += transport_.wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) +
+                                                   ", chunk " + std::to_string(chunk) + ")");
+    st.act_sends.erase(it);
+  }
+  release(chunk, mb);
+}
+
+void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
+  const std::size_t NC = static_cast<std::size_t>(N_) * C_;
+  const int B = cfg_.train.micro_batch;
+  switch (a.op) {
+  case Op::RECV_ACT:
+  case Op::RECV_GRAD:
+    st.t.wait_s += transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
+                                   schedule::describe(a) + " (pipeline rank " +
+                                       std::to_string(me_) + ", step " +
+                                       std::to_string(st.step + 1) + ")");
+    return;
+  case Op::F: {
+    Slot& s = acquire(a.chunk, a.mb);
+    return timed(st, 0, [&] {
+      if (stage.spec().first || stage.spec().last) {
+        st.sampler.fill(st.step, st.first_sample + static_cast<std::int64_t>(a.mb) * B, B,
+                        s.acts.tokens.data(), s.acts.targets.data());
+      }
+      if (!stage.spec().first) {
+        stage.backend().copy(s.acts.input.data(), recv_buffer(0, a.mb, a.chunk),
+                             NC * sizeof(float));
+      }
+      st.loss_sum += stage.forward(s.acts);
+    });
+  }
+  case Op::SEND_ACT: {
+    if (drop_first_send_ && !st.dropped) { // test-only: provoke the hang watchdog
+      st.dropped = true;
+      return;
+    }
+    const float* out = stage_output(live_.at({a.mb, a.chunk})->acts);
+    if (staged_ && !transport_.device()) {
+      out = sendable(stage, out, act_send_buf_.at({a.mb, a.chunk}));
+    }
+    st.act_sends[{a.mb, a.chunk}] = transport_.start_send(out, 0, a.mb, a.chunk, a.peer);
+    return;
+  }
+  case Op::B: {
+    Slot& s = *live_.at({a.mb, a.chunk});
+    timed(st, 1, [&] {
+      const float* dout = received_grad(stage, a.mb, a.chunk);
+      float* d_input = stage.spec().first ? nullptr : grad_send_buf_.at({a.mb, a.chunk}).data();
+      stage.backward(s.acts, dout, loss_scale_, d_input);
+    });
+    return finish_slot(st, a.chunk, a.mb);
+  }
+  case Op::BI: {
+    Slot& s = *live_.at({a.mb, a.chunk});
+    return timed(st, 2, [&] {
+      const float* dout = received_grad(stage, a.mb, a.chunk);
+      stage.backward_input(s.acts, dout, loss_scale_, s.stash);
+      if (!stage.spec().first) {
+        stage.backend().copy(grad_send_buf_.at({a.mb, a.chunk}).data(), s.stash.d_input.data(),
+                             NC * sizeof(float));
+        stage.backend().synchronize(); // SEND_GRAD reads it (from the host side, with MPI)
+      }
+    });
+  }
+  case Op::BW: {
+    Slot& s = *live_.at({a.mb, a.chunk});
+    timed(st, 3, [&] { stage.backward_weight(s.acts, s.stash); });
+    return finish_slot(st, a.chunk, a.mb);
+  }
+  case Op::SEND_GRAD:
+    st.grad_sends.push_back(transport_.start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1,
+                                                  a.mb, a.chunk, a.peer));
+    return;
+  }
 }
 
 double PipelineEngine::evaluate(const Sampler& sampler, int batches) {

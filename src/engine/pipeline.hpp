@@ -5,6 +5,7 @@
 // host memory, staged through host copies for a GPU backend, or device memory over NCCL links.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -62,6 +63,10 @@ private:
   };
   using Key = std::pair<int, int>;   // (mb, chunk)
   using MsgKey = PipeTransport::Msg; // (dir 0 activation / 1 gradient, mb, chunk)
+  struct Step;                       // one run()'s messages in flight, loss and times
+  void execute(const schedule::Action& a, GptStage& stage, Step& st);
+  void timed(Step& st, int op, const std::function<void()>& fn); // compute, into st's times
+  void finish_slot(Step& st, int chunk, int mb); // after B/BW: send done, slot free
   Slot& acquire(int chunk, int mb);
   void release(int chunk, int mb);
   float* recv_buffer(int dir, int mb, int chunk);

@@ -6,51 +6,13 @@
 #include <vector>
 
 #include "engine/run.hpp"
-#include "profile.hpp"
 #include "schedule/schedule.hpp"
+#include "telemetry/summary.hpp"
 #include "util/errors.hpp"
-#include "util/hash.hpp"
 #include "util/test_hooks.hpp"
 
 namespace pt {
 namespace {
-
-// log.op_profile: each op's calls and time, summed over all ranks, largest first, against the
-// ranks' summed step time.
-void print_op_profile(const Layout& layout, int steps, bool after_first, double steps_s) {
-  std::vector<OpTime> ops = op_times();
-  std::vector<double> sec(ops.size() + 1), calls(ops.size());
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    sec[i] = ops[i].seconds;
-    calls[i] = static_cast<double>(ops[i].calls);
-  }
-  sec.back() = steps_s;
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sec.data(), static_cast<int>(sec.size()), MPI_DOUBLE, MPI_SUM,
-                       layout.world()));
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, calls.data(), static_cast<int>(calls.size()), MPI_DOUBLE,
-                       MPI_SUM, layout.world()));
-  if (layout.rank() != 0) return;
-  double all = 0.0;
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    all += sec[i];
-    if (calls[i] > 0) order.push_back(i);
-  }
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return sec[a] > sec[b]; });
-  std::printf("op profile (log.op_profile; %d step(s)%s, %d rank(s), each op timed between two "
-              "synchronizes):\n  %-26s %10s %12s %8s %10s\n",
-              steps, after_first ? " after the first" : "", layout.size(), "op", "calls",
-              "total ms", "% ops", "mean us");
-  for (std::size_t i : order) {
-    std::printf("  %-26s %10.0f %12.3f %7.1f%% %10.2f\n", ops[i].name, calls[i], 1e3 * sec[i],
-                all > 0.0 ? 100.0 * sec[i] / all : 0.0, 1e6 * sec[i] / calls[i]);
-  }
-  std::printf("  all ops: %.3f ms of %.3f ms of steps, summed over ranks (%.1f%%); the rest is "
-              "communication, waiting and host work\n",
-              1e3 * all, 1e3 * sec.back(), sec.back() > 0.0 ? 100.0 * all / sec.back() : 0.0);
-  std::fflush(stdout);
-}
 
 // The bubble this step: measured idle / pipeline time (mean over pp ranks), and the simulator's
 // prediction from this step's measured per-rank action costs.
@@ -107,52 +69,17 @@ void report_dp_reduction(const Run& run, const RunTotals& totals) {
   std::fflush(stdout);
 }
 
-// The final parameters, per tensor in model order: an FNV-1a digest of the exact bytes (layouts
-// that must be bit-identical compare these), the sum of squares, and a random projection
-// sum_i p_i u_i (u_i in [-1, 1] from a hash), which any single changed element moves.
+// The final parameters' summaries into metrics.jsonl; the tp replica check's verdict.
 void report_final_params(Run& run) {
-  const bool root = run.layout.rank() == 0;
-  const std::size_t G = run.whole.tensors().size();
-  std::vector<double> sums(2 * G, 0.0);
-  std::vector<unsigned long long> digests(G, 0);
-  for (auto& c : run.chunks) {
-    for (const auto& tensor : c->layout().tensors()) {
-      if (!c->counts_in_norm(tensor)) continue;
-      const std::size_t g = run.tensor_index.at(tensor.name);
-      const float* w = c->params() + tensor.offset;
-      unsigned long long h = 1469598103934665603ULL;
-      const auto* bytes = reinterpret_cast<const unsigned char*>(w);
-      for (std::size_t i = 0; i < tensor.size * sizeof(float); ++i)
-        h = (h ^ bytes[i]) * 1099511628211ULL;
-      // a shard's bytes are not the tensor's: digests are for layouts without tensor parallelism
-      digests[g] = tensor.shard_dim < 0 ? h : 0;
-      double s2 = 0.0, proj = 0.0;
-      for (std::size_t i = 0; i < tensor.size; ++i) {
-        s2 += static_cast<double>(w[i]) * w[i];
-        proj += w[i] * (2.0 * unit_open0(hash3(7, g, c->layout().global_index(tensor, i))) - 1.0);
-      }
-      sums[2 * g] = s2;
-      sums[2 * g + 1] = proj;
-    }
-  }
-  for (MPI_Comm comm : {run.layout.tp_comm(), run.layout.pp_comm()}) {
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(2 * G), MPI_DOUBLE, MPI_SUM,
-                         comm));
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, digests.data(), static_cast<int>(G), MPI_UNSIGNED_LONG_LONG,
-                         MPI_SUM, comm));
-  }
-  if (test_hooks().check_tp_replicas && root) {
+  const std::vector<ParamSummary> summary =
+      summarize_params(run.chunks, run.whole, run.layout.tp_comm(), run.layout.pp_comm());
+  if (run.layout.rank() != 0) return;
+  if (test_hooks().check_tp_replicas) {
     std::printf("tp replica check: %d replicated gradient tensors were bitwise equal on all %d tp "
                 "ranks at every step\n",
                 run.replicas_checked, run.layout.tp());
   }
-  if (root) {
-    std::vector<ParamSummary> summary;
-    for (std::size_t g = 0; g < G; ++g) {
-      summary.push_back({run.whole.tensors()[g].name, digests[g], sums[2 * g], sums[2 * g + 1]});
-    }
-    run.log->final_params(summary);
-  }
+  run.log->final_params(summary);
 }
 
 } // namespace
@@ -199,7 +126,7 @@ void report_end(Run& run, const RunTotals& totals) {
   report_dp_reduction(run, totals);
   const int timed = totals.steps_done - totals.first_step - 1;
   if (run.cfg.log.op_profile && timed >= 0) {
-    print_op_profile(run.layout, timed > 0 ? timed : 1, timed > 0,
+    print_op_profile(run.layout.world(), timed > 0 ? timed : 1, timed > 0,
                      timed > 0 ? totals.time_sum : totals.first_dt);
   }
   report_final_params(run);

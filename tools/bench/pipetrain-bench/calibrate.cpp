@@ -1,6 +1,6 @@
 // pipetrain-bench calibrate: measures alpha, beta (MPI_Sendrecv exchanges) inside a node and
-// between nodes, gamma (float32 sums), the shared-window copy and hierarchical's node-local
-// window step, and writes the TOML that comm.calibration reads.
+// between nodes, gamma (float32 sums) and the shared-window copy, and writes the TOML that
+// comm.calibration reads.
 #include <mpi.h>
 
 #include <algorithm>
@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "comm/allreduce.hpp"
 #include "comm/topology.hpp"
 #include "pipetrain-bench/common.hpp"
 #include "util/errors.hpp"
@@ -42,19 +41,13 @@ double exchange_time(int a, int b, std::size_t bytes, int iters) {
   return t / iters;
 }
 
-// Exchange times from 8 B to 4 MiB (powers of two) between ranks a and b: alpha is the 8 B
-// time, beta the slope between the two largest sizes, and the table keeps every point.
+// alpha: the time of an 8 B exchange between ranks a and b; beta: the slope between 2 and 4 MiB.
 pt::LinkCost measure_link(int a, int b, double gamma, double copy) {
   pt::LinkCost l;
-  for (std::size_t bytes = 8; bytes <= (std::size_t{4} << 20); bytes *= 2) {
-    const int iters = bytes <= 65536 ? 300 : 30;
-    l.table_bytes.push_back(static_cast<double>(bytes));
-    l.table_s.push_back(exchange_time(a, b, bytes, iters));
-  }
-  const std::size_t k = l.table_s.size();
-  l.alpha = l.table_s[0];
-  l.beta = std::max(1e-13, (l.table_s[k - 1] - l.table_s[k - 2]) /
-                               (l.table_bytes[k - 1] - l.table_bytes[k - 2]));
+  l.alpha = exchange_time(a, b, 8, 300);
+  const double t2 = exchange_time(a, b, std::size_t{2} << 20, 30);
+  const double t4 = exchange_time(a, b, std::size_t{4} << 20, 30);
+  l.beta = std::max(1e-13, (t4 - t2) / static_cast<double>(std::size_t{2} << 20));
   l.gamma = gamma;
   l.copy = copy;
   return l;
@@ -114,38 +107,6 @@ double shared_copy_cost(std::size_t bytes, float* a, const float* b) {
   return copy;
 }
 
-// hierarchical's node-local step through the shared window, timed on every node at once
-// (nodes of g consecutive ranks), 8 B to 16 MiB: the model interpolates these times
-void measure_window(int g, pt::LinkCost& l) {
-  pt::AllreduceOptions opt;
-  opt.algo = pt::AllreduceAlgo::hierarchical;
-  opt.node_size = g;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm node;
-  PT_MPI(MPI_Comm_split(MPI_COMM_WORLD, rank / g, rank, &node));
-  {
-    pt::Allreducer red(node, opt);
-    std::vector<float> buf;
-    for (std::size_t bytes = 8; bytes <= (std::size_t{16} << 20); bytes *= 4) {
-      const std::size_t n = bytes / sizeof(float);
-      buf.assign(n, 0.0f);
-      const int iters = bytes <= 65536 ? 300 : 20;
-      double t = 0.0;
-      for (int it = -5; it < iters; ++it) {
-        PT_MPI(MPI_Barrier(MPI_COMM_WORLD));
-        const double t0 = MPI_Wtime();
-        red.sum(buf.data(), n);
-        if (it >= 0) t += MPI_Wtime() - t0;
-      }
-      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-      l.window_bytes.push_back(static_cast<double>(bytes));
-      l.window_s.push_back(t / iters);
-    }
-  }
-  PT_MPI(MPI_Comm_free(&node));
-}
-
 } // namespace
 
 int calibrate(const Args& a) {
@@ -179,10 +140,7 @@ int calibrate(const Args& a) {
   if (a.get("--topology", "") != "") t = pt::topology_preset(a.get("--topology", ""));
   t.name = out;
   // inside a node: rank 0 and rank 1 (consecutive ranks share a node when g > 1)
-  if (g > 1) {
-    t.intra = measure_link(0, 1, gamma, copy);
-    measure_window(g, t.intra);
-  }
+  if (g > 1) t.intra = measure_link(0, 1, gamma, copy);
   // across nodes: rank 0 and the first rank of the next node
   if (p > g) {
     t.inter = measure_link(0, g, gamma, copy);
@@ -198,8 +156,8 @@ int calibrate(const Args& a) {
     std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M", std::localtime(&now));
     std::string header = std::string("written by pipetrain-bench calibrate, ") + stamp + ", " +
                          std::to_string(p) + " ranks, " + std::to_string(g) + " per node\n" +
-                         "exchange times of MPI_Sendrecv from 8 B to 4 MiB (alpha: 8 B; bandwidth: "
-                         "slope of the two largest), gamma: float32 sums over 4 MiB, copy: 4 MiB "
+                         "MPI_Sendrecv exchanges (alpha: 8 B; bandwidth: the slope from 2 to "
+                         "4 MiB), gamma: float32 sums over 4 MiB, copy: 4 MiB "
                          "through a shared window\nuse it with comm.calibration = \"" +
                          out + "\" (and comm.topology = \"auto\")";
     if (!t.inter_measured) {
