@@ -5,7 +5,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "comm/watchdog.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
@@ -97,7 +96,7 @@ void on_power_of_two(float* buf, std::size_t n, const ReduceComm& c, std::vector
 
 } // namespace
 
-ReduceComm::ReduceComm(MPI_Comm comm_, const Watchdog* watchdog_, const std::string& what_)
+ReduceComm::ReduceComm(MPI_Comm comm_, const Watchdog& watchdog_, const std::string& what_)
     : comm(comm_), watchdog(watchdog_), what(what_) {
   if (comm != MPI_COMM_NULL) {
     PT_MPI(MPI_Comm_rank(comm, &rank));
@@ -107,44 +106,27 @@ ReduceComm::ReduceComm(MPI_Comm comm_, const Watchdog* watchdog_, const std::str
 
 void ReduceComm::exchange(const float* send_buf, std::size_t ns, int to, float* recv_buf,
                           std::size_t nr, int from) const {
-  if (watchdog == nullptr) {
-    PT_MPI(MPI_Sendrecv(send_buf, as_count(ns), MPI_FLOAT, to, kTag, recv_buf, as_count(nr),
-                        MPI_FLOAT, from, kTag, comm, MPI_STATUS_IGNORE));
-    return;
-  }
   MPI_Request r[2];
   PT_MPI(MPI_Irecv(recv_buf, as_count(nr), MPI_FLOAT, from, kTag, comm, &r[0]));
   PT_MPI(MPI_Isend(send_buf, as_count(ns), MPI_FLOAT, to, kTag, comm, &r[1]));
-  wait(r[0]);
-  wait(r[1]);
-}
-
-void ReduceComm::wait(MPI_Request& r) const {
-  if (watchdog != nullptr) {
-    watchdog->wait(r, what);
-  } else {
-    PT_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
-  }
+  watchdog.wait(r[0], what);
+  watchdog.wait(r[1], what);
 }
 
 void ReduceComm::send(const float* x, std::size_t n, int to) const {
   MPI_Request r;
   PT_MPI(MPI_Isend(x, as_count(n), MPI_FLOAT, to, kTag, comm, &r));
-  wait(r);
+  watchdog.wait(r, what);
 }
 
 void ReduceComm::recv(float* x, std::size_t n, int from) const {
   MPI_Request r;
   PT_MPI(MPI_Irecv(x, as_count(n), MPI_FLOAT, from, kTag, comm, &r));
-  wait(r);
+  watchdog.wait(r, what);
 }
 
 void ReduceComm::barrier() const {
-  if (watchdog != nullptr) {
-    watchdog->barrier(comm, what);
-  } else {
-    PT_MPI(MPI_Barrier(comm));
-  }
+  watchdog.barrier(comm, what);
 }
 
 void ring_allreduce(float* buf, std::size_t n, const ReduceComm& c, std::vector<float>& tmp) {
@@ -234,7 +216,7 @@ struct Allreducer::TwoLevel {
 };
 
 Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt)
-    : comm_(comm), opt_(std::move(opt)), all_(comm, opt_.watchdog, opt_.what) {
+    : comm_(comm), opt_(std::move(opt)), all_(comm, *opt_.watchdog, opt_.what) {
   rank_ = all_.rank;
   size_ = all_.size;
 }
@@ -291,7 +273,7 @@ Allreducer::TwoLevel& Allreducer::two_level_groups(int c) {
 // owner. Plain (cached) stores: streaming stores past the caches were faster only where a VM
 // placed the two cores far apart (docs/collectives.md).
 void Allreducer::window_step(float* buf, std::size_t n, TwoLevel& g) {
-  const ReduceComm row(g.row, opt_.watchdog, opt_.what), col(g.col, opt_.watchdog, opt_.what);
+  const ReduceComm row(g.row, *opt_.watchdog, opt_.what), col(g.col, *opt_.watchdog, opt_.what);
   const std::size_t want = std::min(n, kWindowSegmentFloats);
   if (g.win_floats < want) { // every row rank asks for the same size: a collective regrowth
     if (g.win != MPI_WIN_NULL) {
@@ -365,7 +347,7 @@ void Allreducer::two_level(float* buf, std::size_t n, int c, bool node_local) {
     window_step(buf, n, g);
     return;
   }
-  const ReduceComm row(g.row, opt_.watchdog, opt_.what), col(g.col, opt_.watchdog, opt_.what);
+  const ReduceComm row(g.row, *opt_.watchdog, opt_.what), col(g.col, *opt_.watchdog, opt_.what);
   const int owned = ring_reduce_scatter(buf, n, row, tmp_);
   const std::size_t ob = ring_begin(n, row.size, owned);
   if (col.size > 1) rabenseifner_allreduce(buf + ob, ring_end(n, row.size, owned) - ob, col, tmp_);
@@ -375,11 +357,7 @@ void Allreducer::two_level(float* buf, std::size_t n, int c, bool node_local) {
 void Allreducer::run(AllreduceAlgo algo, float* buf, std::size_t n) {
   switch (algo) {
   case AllreduceAlgo::mpi:
-    if (opt_.watchdog != nullptr) {
-      opt_.watchdog->allreduce(buf, as_count(n), MPI_FLOAT, MPI_SUM, comm_, opt_.what);
-    } else {
-      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, as_count(n), MPI_FLOAT, MPI_SUM, comm_));
-    }
+    opt_.watchdog->allreduce(buf, as_count(n), MPI_FLOAT, MPI_SUM, comm_, opt_.what);
     return;
   case AllreduceAlgo::ring:
     return ring_allreduce(buf, n, all_, tmp_);
@@ -427,13 +405,8 @@ void Allreducer::measure(float* buf, std::size_t n) {
       best[k] = std::min(best[k], MPI_Wtime() - t0);
     }
   }
-  if (opt_.watchdog != nullptr) {
-    opt_.watchdog->allreduce(best.data(), as_count(best.size()), MPI_DOUBLE, MPI_MAX, comm_,
-                             opt_.what + " (auto's measurement)");
-  } else {
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, best.data(), as_count(best.size()), MPI_DOUBLE, MPI_MAX,
-                         comm_));
-  }
+  opt_.watchdog->allreduce(best.data(), as_count(best.size()), MPI_DOUBLE, MPI_MAX, comm_,
+                           opt_.what + " (auto's measurement)");
   for (std::size_t k = 0; k < cand.size(); ++k) choice.seconds.emplace_back(cand[k], best[k]);
   choice.pick = auto_pick(choice.seconds, choice.model);
   std::copy(saved_.begin(), saved_.end(), buf);

@@ -21,22 +21,21 @@
 #include <vector>
 
 #include "comm/topology.hpp"
+#include "comm/watchdog.hpp"
 
 namespace pt {
-
-class Watchdog;
 
 // Deck name -> algorithm: "mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical",
 // "torus2d"; "auto" -> nullopt. Throws std::invalid_argument for other names.
 std::optional<AllreduceAlgo> parse_allreduce(const std::string& name);
 
-// A communicator as the algorithms use it. Every blocking step waits under the hang watchdog
-// when one is given, naming `what` (the caller's name for the reduction).
+// A communicator as the algorithms use it. Every blocking step waits under the hang watchdog,
+// naming `what` (the caller's name for the reduction).
 struct ReduceComm {
-  ReduceComm(MPI_Comm comm, const Watchdog* watchdog, const std::string& what);
+  ReduceComm(MPI_Comm comm, const Watchdog& watchdog, const std::string& what);
   MPI_Comm comm;
   int rank = 0, size = 1;
-  const Watchdog* watchdog;
+  const Watchdog& watchdog;
   const std::string& what;
   // send to `to` while receiving from `from` (floats)
   void exchange(const float* send, std::size_t ns, int to, float* recv, std::size_t nr,
@@ -44,7 +43,6 @@ struct ReduceComm {
   void send(const float* x, std::size_t n, int to) const;
   void recv(float* x, std::size_t n, int from) const;
   void barrier() const;
-  void wait(MPI_Request& r) const; // under the watchdog when there is one
 };
 
 // The one-level algorithms: buf (n floats) summed in place over every rank of c; tmp is scratch,
@@ -63,7 +61,7 @@ struct AllreduceOptions {
   // auto: the first call of each size times every distinct algorithm once and keeps the fastest
   // (comm.autotune); false: the model alone decides (runtime.deterministic)
   bool autotune = true;
-  const Watchdog* watchdog = nullptr;  // every blocking wait under the hang watchdog
+  const Watchdog* watchdog = &Watchdog::none(); // every blocking wait under it
   std::string what = "the all-reduce"; // for the watchdog's message
 };
 

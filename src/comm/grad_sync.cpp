@@ -187,11 +187,7 @@ void GradSync::finish(GradSyncStats& stats) {
     busy_s_ = 0.0;
   } else if (overlap_ == Overlap::poll) {
     for (MPI_Request& r : requests_) {
-      if (watchdog_ != nullptr) {
-        watchdog_->wait(r, "the data-parallel gradient all-reduce (comm.overlap = \"poll\")");
-      } else {
-        PT_MPI(MPI_Wait(&r, MPI_STATUS_IGNORE));
-      }
+      watchdog_->wait(r, "the data-parallel gradient all-reduce (comm.overlap = \"poll\")");
     }
     requests_.clear();
   }

@@ -7,6 +7,11 @@
 
 namespace pt {
 
+const Watchdog& Watchdog::none() {
+  static const Watchdog forever(0.0, 0);
+  return forever;
+}
+
 double Watchdog::wait(MPI_Request& req, const std::string& what) const {
   if (timeout_s_ <= 0.0) {
     const double t0 = MPI_Wtime();
@@ -56,12 +61,22 @@ double Watchdog::allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op, M
 
 double Watchdog::bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
                        const std::string& what) const {
+  if (timeout_s_ <= 0.0) {
+    const double t0 = MPI_Wtime();
+    PT_MPI(MPI_Bcast(buf, count, type, root, comm));
+    return MPI_Wtime() - t0;
+  }
   MPI_Request req;
   PT_MPI(MPI_Ibcast(buf, count, type, root, comm, &req));
   return wait(req, what);
 }
 
 double Watchdog::barrier(MPI_Comm comm, const std::string& what) const {
+  if (timeout_s_ <= 0.0) {
+    const double t0 = MPI_Wtime();
+    PT_MPI(MPI_Barrier(comm));
+    return MPI_Wtime() - t0;
+  }
   MPI_Request req;
   PT_MPI(MPI_Ibarrier(comm, &req));
   return wait(req, what);

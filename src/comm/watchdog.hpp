@@ -14,6 +14,8 @@ class Watchdog {
 public:
   // timeout_s <= 0: wait forever (plain MPI_Wait).
   Watchdog(double timeout_s, int world_rank) : timeout_s_(timeout_s), rank_(world_rank) {}
+  // A watchdog that waits forever: plain blocking MPI (benchmarks, tests).
+  static const Watchdog& none();
 
   // Waits for req; `what` describes the wait ("RECV_ACT(mb 3, chunk 0) from pipeline rank 1").
   // Returns the seconds spent waiting.

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
           opt.node_size = node;
           opt.shared_memory = shm == 1;
           opt.topology = pt::topology_preset("fat-tree");
-          opt.watchdog = wd == 1 ? &watchdog : nullptr;
+          opt.watchdog = wd == 1 ? &watchdog : &pt::Watchdog::none();
           pt::Allreducer red(MPI_COMM_WORLD, opt); // kept across counts, as the trainer does
           for (std::size_t n : counts) {
             char what[160];
