@@ -37,3 +37,21 @@ def tokens_per_s(records, warmup, tokens_per_step):
     """Tokens/s over the steps after the first `warmup`."""
     timed = [r for r in records if r["step"] > warmup]
     return tokens_per_step * len(timed) / sum(r["step_time_s"] for r in timed)
+
+
+def sgemm(build_dir, lib, threads, copies=1):
+    """GFLOP/s per shape ("M x N x K") of pt_bench_sgemm_<lib> with `threads` threads, `copies`
+    processes at once (their rates summed)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               BLIS_NUM_THREADS=str(threads))
+    exe = os.path.join(build_dir, "tools", "bench", f"pt_bench_sgemm_{lib}")
+    procs = [subprocess.Popen([exe, str(threads)], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(copies)]
+    total = {}
+    for p in procs:
+        for line in p.communicate()[0].splitlines():
+            if line.strip():
+                f = line.split()
+                shape = " x ".join(f[2:5])
+                total[shape] = total.get(shape, 0.0) + float(f[5])
+    return total
