@@ -207,6 +207,283 @@ Error ckpt_error(const std::string& path, const std::string& what) {
   return Error(ExitCode::checkpoint, "checkpoint '" + path + "': " + what);
 }
 
+// The dataset of tensor `t` in section `sec` ("/model/wte", "/optim/m/wte", ...).
+std::string dataset_name(int sec, const ParamTensor& t) {
+  return std::string("/") + kSections[sec] + "/" + t.name;
+}
+
+// The rank that writes (and checks) tensor k of the whole model: the owning stage, each tp shard
+// (replicated tensors from tp rank 0), and one data-parallel replica, taking turns by tensor.
+const Local* writer_of(const std::vector<Local>& mine, const Layout& layout,
+                       const std::vector<int>& turns, std::size_t k) {
+  if (layout.coords().dp != turns[k]) return nullptr;
+  for (const Local& l : mine) {
+    if (l.stage->counts_in_norm(*l.t)) return &l;
+  }
+  return nullptr;
+}
+
+// Writes every tensor of every section (each element once, see writer_of) and then each
+// dataset's checksum attribute: the slices' sums, added over all ranks. False on a failure.
+bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
+                   Shards& shards, int step) {
+  bool ok = true;
+  const ParamLayout whole = whole_layout(cfg.model);
+  const std::size_t T = whole.tensors().size();
+  std::vector<unsigned long long> sums(3 * T, 0);
+  const std::vector<int> turns = dp_turns(whole, layout.dp());
+  std::vector<H5> sets;
+  float dummy = 0.0f;
+  std::vector<float> staged; // a GPU backend's tensor, copied to host memory for MPI-IO
+  for (int sec = 0; sec < 3; ++sec) {
+    // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
+    if (sec == 1 && test_hooks().kill_in_checkpoint == step && layout.rank() == layout.size() - 1) {
+      std::raise(SIGKILL);
+    }
+    for (std::size_t k = 0; k < T; ++k) {
+      const ParamTensor& gt = whole.tensors()[k];
+      const std::vector<hsize_t> g = dims_of(gt);
+      H5 space(H5Screate_simple(static_cast<int>(g.size()), g.data(), nullptr), H5Sclose);
+      // contiguous, never filled with fill values (every element is written); integrity comes
+      // from the per-dataset checksum attribute (docs/checkpoints.md explains the choice)
+      H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+      H5 ds(H5Dcreate2(f, dataset_name(sec, gt).c_str(), H5T_IEEE_F32LE, space.get(), lcpl,
+                       dcpl.get(), H5P_DEFAULT),
+            H5Dclose);
+      ok &= ds.ok();
+      const std::vector<Local> mine = locals(shards, gt.name);
+      const Local* writer = writer_of(mine, layout, turns, k);
+      H5 fspace(H5Dget_space(ds.get()), H5Sclose);
+      hsize_t n = writer != nullptr ? writer->t->size : 1;
+      H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+      const float* buf = &dummy;
+      if (writer != nullptr) {
+        select_shard(fspace.get(), *writer->t, layout.coords().tp, layout.tp());
+        buf = writer->base(sec) + writer->t->offset;
+        if (!writer->stage->backend().on_host()) {
+          staged.assign(buf, buf + writer->t->size);
+          buf = staged.data();
+        }
+        sums[static_cast<std::size_t>(sec) * T + k] =
+            slice_checksum(writer->stage->layout(), *writer->t, buf);
+      } else {
+        H5Sselect_none(fspace.get());
+        H5Sselect_none(mspace.get());
+      }
+      ok &= H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, buf) >= 0;
+      sets.push_back(std::move(ds));
+    }
+  }
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()),
+                       MPI_UNSIGNED_LONG_LONG, MPI_SUM, layout.world()));
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    ok &= write_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, &sums[i], 1);
+  }
+  return ok;
+}
+
+// The file's attributes, the resolved deck (/config, by rank 0), and the attributes of /optim,
+// /data and /layout. False on a failure.
+bool write_metadata(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
+                    const Shards& shards, const std::vector<int>& partition,
+                    const TrainState& state) {
+  bool ok = true;
+  const int schema = kCheckpointSchema;
+  const long long step = state.step, tokens = state.tokens_seen;
+  ok &= write_string_attr(f, "format", "pipetrain-checkpoint");
+  ok &= write_attr(f, "schema_version", H5T_NATIVE_INT, &schema, 1);
+  ok &= write_attr(f, "step", H5T_NATIVE_LLONG, &step, 1);
+  ok &= write_attr(f, "tokens_seen", H5T_NATIVE_LLONG, &tokens, 1);
+  {
+    H5 type = string_type(cfg.resolved_text.size());
+    H5 space(H5Screate(H5S_SCALAR), H5Sclose);
+    H5 ds(H5Dcreate2(f, "/config", type.get(), space.get(), lcpl, H5P_DEFAULT, H5P_DEFAULT),
+          H5Dclose);
+    H5 fsel(H5Screate(H5S_SCALAR), H5Sclose);
+    if (layout.rank() != 0) H5Sselect_none(fsel.get());
+    ok &= ds.ok() && H5Dwrite(ds.get(), type.get(), fsel.get(), fsel.get(), dxpl,
+                              cfg.resolved_text.c_str()) >= 0;
+  }
+  H5 optim(H5Gopen2(f, "/optim", H5P_DEFAULT), H5Gclose);
+  const int adam_step = shards.opts.front()->updates();
+  const double lr = state.lr, eps = cfg.train.eps, wd = cfg.train.weight_decay;
+  const double betas[2] = {cfg.train.beta1, cfg.train.beta2};
+  ok &= write_attr(optim.get(), "adam_step", H5T_NATIVE_INT, &adam_step, 1);
+  ok &= write_attr(optim.get(), "lr", H5T_NATIVE_DOUBLE, &lr, 1);
+  ok &= write_attr(optim.get(), "betas", H5T_NATIVE_DOUBLE, betas, 2);
+  ok &= write_attr(optim.get(), "eps", H5T_NATIVE_DOUBLE, &eps, 1);
+  ok &= write_attr(optim.get(), "wd", H5T_NATIVE_DOUBLE, &wd, 1);
+
+  H5 data(H5Gcreate2(f, "/data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  const unsigned long long seed = cfg.train.seed;
+  ok &= write_attr(data.get(), "seed", H5T_NATIVE_ULLONG, &seed, 1);
+  ok &= write_attr(data.get(), "cursor", H5T_NATIVE_LLONG, &step, 1); // sampler: (seed, step)
+
+  H5 lay(H5Gcreate2(f, "/layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  const int dims[3] = {layout.pp(), layout.dp(), layout.tp()};
+  ok &= write_attr(lay.get(), "pp", H5T_NATIVE_INT, &dims[0], 1);
+  ok &= write_attr(lay.get(), "dp", H5T_NATIVE_INT, &dims[1], 1);
+  ok &= write_attr(lay.get(), "tp", H5T_NATIVE_INT, &dims[2], 1);
+  ok &= write_attr(lay.get(), "virtual_stages", H5T_NATIVE_INT, &cfg.parallel.virtual_stages, 1);
+  ok &= write_string_attr(lay.get(), "partition", name(cfg.parallel.partition));
+  ok &= write_attr(lay.get(), "layers", H5T_NATIVE_INT, partition.data(),
+                   static_cast<hsize_t>(partition.size()));
+  return ok;
+}
+
+// fsync: the data reaches the disk before a name points at it.
+void sync_path(const std::string& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Rank 0: renames the written file to its final name, then points latest at it, then removes all
+// but the newest `keep` checkpoints (never before the new one is in place).
+std::optional<Error> publish(const fs::path& dir, const std::string& partial,
+                             const std::string& final_path, int step, int keep) {
+  std::error_code ec;
+  sync_path(partial);
+  fs::rename(partial, final_path, ec);
+  if (!ec) {
+    const fs::path tmp = dir / "latest.tmp";
+    std::ofstream(tmp) << step_file(step) << "\n";
+    sync_path(tmp.string());
+    fs::rename(tmp, dir / "latest", ec);
+    sync_path(dir.string());
+  }
+  if (ec)
+    return Error(ExitCode::other, "publishing checkpoint '" + final_path + "': " + ec.message());
+  const std::vector<std::string> all = list_checkpoints(dir);
+  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) fs::remove(all[i], ec);
+  return std::nullopt;
+}
+
+// The file's format, schema_version, step and tokens_seen, checked; an error names the problem.
+std::optional<Error> read_header(hid_t f, const std::string& path, TrainState& st) {
+  std::string format;
+  int schema = 0;
+  long long step = -1, tokens = 0;
+  if (!read_string_attr(f, "format", format) || format != "pipetrain-checkpoint") {
+    return ckpt_error(path, "is not a pipetrain checkpoint (attribute format is missing or wrong)");
+  }
+  if (!read_attr(f, "schema_version", H5T_NATIVE_INT, schema) || schema != kCheckpointSchema) {
+    return ckpt_error(path, "schema_version " + std::to_string(schema) + ", this pipetrain reads " +
+                                std::to_string(kCheckpointSchema));
+  }
+  if (!read_attr(f, "step", H5T_NATIVE_LLONG, step) ||
+      !read_attr(f, "tokens_seen", H5T_NATIVE_LLONG, tokens)) {
+    return ckpt_error(path, "the step or tokens_seen attribute is missing");
+  }
+  st.step = static_cast<int>(step);
+  st.tokens_seen = tokens;
+  return std::nullopt;
+}
+
+std::string shape_text(const std::vector<hsize_t>& v) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + ")";
+}
+
+// Opens every dataset, checking its shape and type against the deck's model before any data is
+// read; sets err (and stops) at the first that does not fit.
+std::vector<H5> open_datasets(hid_t f, const ParamLayout& whole, const std::string& path,
+                              std::optional<Error>& err) {
+  std::vector<H5> sets;
+  for (int sec = 0; sec < 3; ++sec) {
+    for (const ParamTensor& gt : whole.tensors()) {
+      const std::string name = dataset_name(sec, gt);
+      H5 ds(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose);
+      if (!ds.ok()) {
+        err = ckpt_error(path, "dataset " + name + " is missing");
+        return sets;
+      }
+      H5 space(H5Dget_space(ds.get()), H5Sclose);
+      const std::vector<hsize_t> want = dims_of(gt);
+      std::vector<hsize_t> have(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space.get())));
+      H5Sget_simple_extent_dims(space.get(), have.data(), nullptr);
+      H5 type(H5Dget_type(ds.get()), H5Tclose);
+      if (have != want) {
+        err = ckpt_error(path, "dataset " + name + " has shape " + shape_text(have) +
+                                   " but the deck's model needs " + shape_text(want) +
+                                   ": the checkpoint is of another model");
+        return sets;
+      }
+      if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != 4) {
+        err = ckpt_error(path, "dataset " + name + " is not float32");
+        return sets;
+      }
+      sets.push_back(std::move(ds));
+    }
+  }
+  return sets;
+}
+
+// Every rank reads its slices (all replicas, every copy) into the shards.
+void read_tensors(const std::vector<H5>& sets, const ParamLayout& whole, const Layout& layout,
+                  Shards& shards, const std::string& path, std::optional<Error>& err) {
+  std::size_t k = 0;
+  std::vector<float> staged;
+  for (int sec = 0; sec < 3; ++sec) {
+    for (const ParamTensor& gt : whole.tensors()) {
+      const hid_t ds = sets[k++].get();
+      for (const Local& l : locals(shards, gt.name)) {
+        if (err) return;
+        H5 fspace(H5Dget_space(ds), H5Sclose);
+        select_shard(fspace.get(), *l.t, layout.coords().tp, layout.tp());
+        hsize_t n = l.t->size;
+        H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+        // a GPU backend's tensor is read into host memory first (MPI-IO sees host memory only)
+        const bool on_host = l.stage->backend().on_host();
+        if (!on_host) staged.resize(l.t->size);
+        float* dst = on_host ? l.base(sec) + l.t->offset : staged.data();
+        if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0) {
+          err = ckpt_error(path, "dataset " + dataset_name(sec, gt) +
+                                     " cannot be read: the file is truncated or damaged");
+        } else if (!on_host) {
+          std::copy(staged.begin(), staged.end(), l.base(sec) + l.t->offset);
+        }
+      }
+    }
+  }
+}
+
+// The slices' checksums (each element once, see writer_of), added over all ranks, against each
+// dataset's checksum attribute. Collective even when err is already set.
+void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, const Layout& layout,
+                      Shards& shards, const std::string& path, std::optional<Error>& err) {
+  const std::size_t T = whole.tensors().size();
+  const std::vector<int> turns = dp_turns(whole, layout.dp());
+  std::vector<unsigned long long> got(3 * T, 0), want(3 * T, 0);
+  for (int sec = 0; sec < 3; ++sec) {
+    for (std::size_t k = 0; k < T; ++k) {
+      const std::size_t i = static_cast<std::size_t>(sec) * T + k;
+      const ParamTensor& gt = whole.tensors()[k];
+      if (i < sets.size() && !read_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, want[i]) &&
+          !err) {
+        err = ckpt_error(path, "dataset " + dataset_name(sec, gt) + " has no checksum attribute");
+      }
+      const std::vector<Local> mine = locals(shards, gt.name);
+      if (const Local* l = writer_of(mine, layout, turns, k)) {
+        got[i] = slice_checksum(l->stage->layout(), *l->t, l->base(sec) + l->t->offset);
+      }
+    }
+  }
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, got.data(), static_cast<int>(got.size()),
+                       MPI_UNSIGNED_LONG_LONG, MPI_SUM, layout.world()));
+  for (std::size_t i = 0; i < got.size() && !err; ++i) {
+    if (got[i] != want[i]) {
+      err = ckpt_error(path, "dataset " +
+                                 dataset_name(static_cast<int>(i / T), whole.tensors()[i % T]) +
+                                 " fails its checksum: the data is damaged");
+    }
+  }
+}
+
 } // namespace
 
 std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards shards,
@@ -226,172 +503,23 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards 
     }
   }
   agree(layout.world(), err);
-
   bool ok = true;
   {
     H5 file = open_file(partial, layout.world(), true);
-    if (!file.ok()) {
-      err = Error(ExitCode::other, "cannot create checkpoint '" + partial + "'");
-    }
+    if (!file.ok()) err = Error(ExitCode::other, "cannot create checkpoint '" + partial + "'");
     agree(layout.world(), err);
-    const hid_t f = file.get();
-    const int schema = kCheckpointSchema;
-    const long long step = state.step, tokens = state.tokens_seen;
-    ok &= write_string_attr(f, "format", "pipetrain-checkpoint");
-    ok &= write_attr(f, "schema_version", H5T_NATIVE_INT, &schema, 1);
-    ok &= write_attr(f, "step", H5T_NATIVE_LLONG, &step, 1);
-    ok &= write_attr(f, "tokens_seen", H5T_NATIVE_LLONG, &tokens, 1);
-
     H5 lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
     H5Pset_create_intermediate_group(lcpl.get(), 1);
     H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
-
-    { // the resolved deck: a scalar string written by rank 0
-      H5 type = string_type(cfg.resolved_text.size());
-      H5 space(H5Screate(H5S_SCALAR), H5Sclose);
-      H5 ds(H5Dcreate2(f, "/config", type.get(), space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
-            H5Dclose);
-      H5 fsel(H5Screate(H5S_SCALAR), H5Sclose);
-      if (!root) H5Sselect_none(fsel.get());
-      ok &= ds.ok() && H5Dwrite(ds.get(), type.get(), fsel.get(), fsel.get(), dxpl.get(),
-                                cfg.resolved_text.c_str()) >= 0;
-    }
-
-    const ParamLayout whole = whole_layout(cfg.model);
-    float dummy = 0.0f;
-    std::vector<unsigned long long> sums(3 * whole.tensors().size(), 0);
-    const std::vector<int> turns = dp_turns(whole, layout.dp());
-    std::vector<H5> sets;
-    std::size_t k = 0;
-    // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
-    const int kill_at = test_hooks().kill_in_checkpoint;
-    for (int sec = 0; sec < 3; ++sec) {
-      if (sec == 1 && kill_at == state.step && layout.rank() == layout.size() - 1) {
-        std::raise(SIGKILL);
-      }
-      for (const ParamTensor& gt : whole.tensors()) {
-        const std::string name = std::string("/") + kSections[sec] + "/" + gt.name;
-        const std::vector<hsize_t> g = dims_of(gt);
-        H5 space(H5Screate_simple(static_cast<int>(g.size()), g.data(), nullptr), H5Sclose);
-        // contiguous, never filled with fill values (every element is written); integrity comes
-        // from the per-dataset checksum attribute (docs/checkpoints.md explains the choice)
-        H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-        H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-        H5 ds(H5Dcreate2(f, name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(),
-                         H5P_DEFAULT),
-              H5Dclose);
-        ok &= ds.ok();
-        // each element once: the owning stage, the tp shard (replicated tensors from tp rank 0),
-        // and one data-parallel replica, taking turns by tensor so every replica writes
-        const Local* writer = nullptr;
-        std::vector<float> staged; // a GPU backend's tensor, copied out of managed memory
-        std::vector<Local> mine = locals(shards, gt.name);
-        const bool my_turn = layout.coords().dp == turns[k];
-        for (const Local& l : mine) {
-          if (my_turn && l.stage->counts_in_norm(*l.t)) writer = &l;
-        }
-        H5 fspace(H5Dget_space(ds.get()), H5Sclose);
-        hsize_t n = writer != nullptr ? writer->t->size : 1;
-        H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
-        const float* buf = &dummy;
-        if (writer != nullptr) {
-          select_shard(fspace.get(), *writer->t, layout.coords().tp, layout.tp());
-          buf = writer->base(sec) + writer->t->offset;
-          if (!writer->stage->backend().on_host()) { // MPI-IO sees host memory only
-            staged.assign(buf, buf + writer->t->size);
-            buf = staged.data();
-          }
-          sums[static_cast<std::size_t>(sec) * whole.tensors().size() + k] =
-              slice_checksum(writer->stage->layout(), *writer->t, buf);
-        } else {
-          H5Sselect_none(fspace.get());
-          H5Sselect_none(mspace.get());
-        }
-        ok &=
-            H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl.get(), buf) >= 0;
-        sets.push_back(std::move(ds));
-        ++k;
-      }
-      k = 0;
-    }
-    // every dataset's checksum: the slices' sums, added over all ranks
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()),
-                         MPI_UNSIGNED_LONG_LONG, MPI_SUM, layout.world()));
-    for (std::size_t i = 0; i < sets.size(); ++i) {
-      const unsigned long long c = sums[i];
-      ok &= write_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, &c, 1);
-    }
-    sets.clear();
-
-    H5 optim(H5Gopen2(f, "/optim", H5P_DEFAULT), H5Gclose);
-    const int adam_step = shards.opts.front()->updates();
-    const double lr = state.lr, b1 = cfg.train.beta1, b2 = cfg.train.beta2, eps = cfg.train.eps,
-                 wd = cfg.train.weight_decay;
-    const double betas[2] = {b1, b2};
-    ok &= write_attr(optim.get(), "adam_step", H5T_NATIVE_INT, &adam_step, 1);
-    ok &= write_attr(optim.get(), "lr", H5T_NATIVE_DOUBLE, &lr, 1);
-    ok &= write_attr(optim.get(), "betas", H5T_NATIVE_DOUBLE, betas, 2);
-    ok &= write_attr(optim.get(), "eps", H5T_NATIVE_DOUBLE, &eps, 1);
-    ok &= write_attr(optim.get(), "wd", H5T_NATIVE_DOUBLE, &wd, 1);
-
-    H5 data(H5Gcreate2(f, "/data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    const unsigned long long seed = cfg.train.seed;
-    const long long cursor = state.step; // the sampler is a function of (seed, step)
-    ok &= write_attr(data.get(), "seed", H5T_NATIVE_ULLONG, &seed, 1);
-    ok &= write_attr(data.get(), "cursor", H5T_NATIVE_LLONG, &cursor, 1);
-
-    H5 lay(H5Gcreate2(f, "/layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    const int dims[3] = {layout.pp(), layout.dp(), layout.tp()};
-    ok &= write_attr(lay.get(), "pp", H5T_NATIVE_INT, &dims[0], 1);
-    ok &= write_attr(lay.get(), "dp", H5T_NATIVE_INT, &dims[1], 1);
-    ok &= write_attr(lay.get(), "tp", H5T_NATIVE_INT, &dims[2], 1);
-    ok &= write_attr(lay.get(), "virtual_stages", H5T_NATIVE_INT, &cfg.parallel.virtual_stages, 1);
-    ok &= write_string_attr(lay.get(), "partition", name(cfg.parallel.partition));
-    ok &= write_attr(lay.get(), "layers", H5T_NATIVE_INT, partition.data(),
-                     static_cast<hsize_t>(partition.size()));
-    lay.reset();
-    data.reset();
-    optim.reset();
+    ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, state.step);
+    ok &= write_metadata(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, partition, state);
     if (H5Fclose(file.get()) < 0) ok = false;
     file = H5();
   }
   if (!ok) err = Error(ExitCode::other, "writing checkpoint '" + partial + "' failed");
   agree(layout.world(), err);
-
-  // publish: rename, then point latest at it, then prune (never before the new one is in place)
-  if (root) {
-    std::error_code ec;
-    // durable before visible: the data reaches the disk before the name and latest change
-    auto sync = [](const std::string& p) {
-      const int fd = ::open(p.c_str(), O_RDONLY);
-      if (fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-      }
-    };
-    sync(partial);
-    fs::rename(partial, final_path, ec);
-    if (!ec) {
-      const fs::path latest = dir / "latest";
-      const fs::path tmp = dir / "latest.tmp";
-      {
-        std::ofstream out(tmp);
-        out << step_file(state.step) << "\n";
-      }
-      sync(tmp.string());
-      fs::rename(tmp, latest, ec);
-      sync(dir.string());
-    }
-    if (ec) {
-      err = Error(ExitCode::other, "publishing checkpoint '" + final_path + "': " + ec.message());
-    } else {
-      const std::vector<std::string> all = list_checkpoints(dir);
-      for (std::size_t i = static_cast<std::size_t>(cfg.checkpoint.keep); i < all.size(); ++i) {
-        fs::remove(all[i], ec);
-      }
-    }
-  }
+  if (root) err = publish(dir, partial, final_path, state.step, cfg.checkpoint.keep);
   agree(layout.world(), err);
   return final_path;
 }
@@ -403,138 +531,30 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) err = ckpt_error(path, "no such file");
   agree(layout.world(), err);
-  TrainState st;
   H5 file = open_file(path, layout.world(), false);
   if (!file.ok()) {
     err = ckpt_error(path, "cannot be opened as HDF5: truncated or damaged (or not a checkpoint)");
   }
   agree(layout.world(), err);
-  const hid_t f = file.get();
-  std::string format;
-  int schema = 0;
-  long long step = -1, tokens = 0;
-  if (!read_string_attr(f, "format", format) || format != "pipetrain-checkpoint") {
-    err = ckpt_error(path, "is not a pipetrain checkpoint (attribute format is missing or wrong)");
-  } else if (!read_attr(f, "schema_version", H5T_NATIVE_INT, schema) ||
-             schema != kCheckpointSchema) {
-    err = ckpt_error(path, "schema_version " + std::to_string(schema) + ", this pipetrain reads " +
-                               std::to_string(kCheckpointSchema));
-  } else if (!read_attr(f, "step", H5T_NATIVE_LLONG, step) ||
-             !read_attr(f, "tokens_seen", H5T_NATIVE_LLONG, tokens)) {
-    err = ckpt_error(path, "the step or tokens_seen attribute is missing");
-  }
+  TrainState st;
+  err = read_header(file.get(), path, st);
   agree(layout.world(), err);
-
-  // shapes and types of every dataset before any data is read
   const ParamLayout whole = whole_layout(cfg.model);
-  std::vector<H5> sets;
-  for (int sec = 0; sec < 3 && !err; ++sec) {
-    for (const ParamTensor& gt : whole.tensors()) {
-      const std::string name = std::string("/") + kSections[sec] + "/" + gt.name;
-      H5 ds(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose);
-      if (!ds.ok()) {
-        err = ckpt_error(path, "dataset " + name + " is missing");
-        break;
-      }
-      H5 space(H5Dget_space(ds.get()), H5Sclose);
-      const std::vector<hsize_t> want = dims_of(gt);
-      std::vector<hsize_t> have(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space.get())));
-      H5Sget_simple_extent_dims(space.get(), have.data(), nullptr);
-      H5 type(H5Dget_type(ds.get()), H5Tclose);
-      if (have != want) {
-        auto str = [](const std::vector<hsize_t>& v) {
-          std::string s = "(";
-          for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-          return s + ")";
-        };
-        err = ckpt_error(path, "dataset " + name + " has shape " + str(have) +
-                                   " but the deck's "
-                                   "model needs " +
-                                   str(want) + ": the checkpoint is of another model");
-        break;
-      }
-      if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != 4) {
-        err = ckpt_error(path, "dataset " + name + " is not float32");
-        break;
-      }
-      sets.push_back(std::move(ds));
-    }
-  }
+  std::vector<H5> sets = open_datasets(file.get(), whole, path, err);
   agree(layout.world(), err);
-
-  // every rank reads its slices (all replicas, every copy)
-  std::size_t k = 0;
-  std::vector<float> staged;
-  for (int sec = 0; sec < 3; ++sec) {
-    for (const ParamTensor& gt : whole.tensors()) {
-      const hid_t ds = sets[k++].get();
-      for (const Local& l : locals(shards, gt.name)) {
-        if (err) break;
-        H5 fspace(H5Dget_space(ds), H5Sclose);
-        select_shard(fspace.get(), *l.t, layout.coords().tp, layout.tp());
-        hsize_t n = l.t->size;
-        H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
-        // a GPU backend's tensor is read into host memory first (MPI-IO sees host memory only)
-        const bool on_host = l.stage->backend().on_host();
-        if (!on_host) staged.resize(l.t->size);
-        float* dst = on_host ? l.base(sec) + l.t->offset : staged.data();
-        if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0) {
-          err = ckpt_error(path, "dataset /" + std::string(kSections[sec]) + "/" + gt.name +
-                                     " cannot be read: the file is truncated or damaged");
-        } else if (!on_host) {
-          std::copy(staged.begin(), staged.end(), l.base(sec) + l.t->offset);
-        }
-      }
-    }
-  }
-  // checksums: one rank per element (the owning stage, each tp shard, one dp replica by turns)
-  // adds its slice; the sums must equal each dataset's checksum attribute
-  const std::vector<int> turns = dp_turns(whole, layout.dp());
-  std::vector<unsigned long long> got(sets.size(), 0), want(sets.size(), 0);
-  k = 0;
-  for (int sec = 0; sec < 3; ++sec) {
-    for (const ParamTensor& gt : whole.tensors()) {
-      if (!read_attr(sets[k].get(), "checksum", H5T_NATIVE_ULLONG, want[k]) && !err) {
-        err = ckpt_error(path, "dataset /" + std::string(kSections[sec]) + "/" + gt.name +
-                                   " has no checksum attribute");
-      }
-      const bool my_turn = layout.coords().dp == turns[k % whole.tensors().size()];
-      for (const Local& l : locals(shards, gt.name)) {
-        if (my_turn && l.stage->counts_in_norm(*l.t)) {
-          got[k] = slice_checksum(l.stage->layout(), *l.t, l.base(sec) + l.t->offset);
-        }
-      }
-      ++k;
-    }
-  }
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, got.data(), static_cast<int>(got.size()),
-                       MPI_UNSIGNED_LONG_LONG, MPI_SUM, layout.world()));
-  k = 0;
-  for (int sec = 0; sec < 3 && !err; ++sec) {
-    for (const ParamTensor& gt : whole.tensors()) {
-      if (got[k] != want[k]) {
-        err = ckpt_error(path, "dataset /" + std::string(kSections[sec]) + "/" + gt.name +
-                                   " fails its checksum: the data is damaged");
-        break;
-      }
-      ++k;
-    }
-  }
+  read_tensors(sets, whole, layout, shards, path, err);
+  verify_checksums(sets, whole, layout, shards, path, err);
   int adam_step = 0;
-  double lr = 0.0;
   {
-    H5 optim(H5Gopen2(f, "/optim", H5P_DEFAULT), H5Gclose);
+    H5 optim(H5Gopen2(file.get(), "/optim", H5P_DEFAULT), H5Gclose);
     if (!err && (!optim.ok() || !read_attr(optim.get(), "adam_step", H5T_NATIVE_INT, adam_step) ||
-                 !read_attr(optim.get(), "lr", H5T_NATIVE_DOUBLE, lr))) {
+                 !read_attr(optim.get(), "lr", H5T_NATIVE_DOUBLE, st.lr))) {
       err = ckpt_error(path, "the /optim attributes adam_step and lr are missing");
     }
   }
   sets.clear();
   agree(layout.world(), err);
   for (auto& o : shards.opts) o->set_updates(adam_step);
-  st.step = static_cast<int>(step);
-  st.tokens_seen = tokens;
-  st.lr = lr;
   return st;
 }
 

@@ -35,8 +35,8 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards 
                              const std::vector<int>& partition, const TrainState& state);
 
 // Collective. Loads this rank's slices of the checkpoint at `path` into the shards. Checks the
-// format, schema version and every dataset's shape and type before reading; every chunk's
-// Fletcher32 checksum is verified while reading. Throws pt::Error(checkpoint) naming the file and
+// format, schema version and every dataset's shape and type before reading; every dataset's
+// checksum attribute is verified after reading. Throws pt::Error(checkpoint) naming the file and
 // the problem.
 TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const Layout& layout,
                            Shards shards);

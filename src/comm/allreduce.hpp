@@ -62,7 +62,7 @@ struct AllreduceOptions {
   // (comm.autotune); false: the model alone decides (runtime.deterministic)
   bool autotune = true;
   const Watchdog* watchdog = &Watchdog::none(); // every blocking wait under it
-  std::string what = "the all-reduce"; // for the watchdog's message
+  std::string what = "the all-reduce";          // for the watchdog's message
 };
 
 // auto's measurement of one message size: each candidate's time (the faster of two calls, the

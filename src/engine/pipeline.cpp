@@ -149,10 +149,13 @@ struct PipelineEngine::Step {
 double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
   const double t_start = MPI_Wtime();
   // every receive of the step is posted before any action runs
-  Step st{step, static_cast<std::int64_t>(layout_.coords().dp) * sched_.m * cfg_.train.micro_batch,
-          sampler, t,
+  Step st{step,
+          static_cast<std::int64_t>(layout_.coords().dp) * sched_.m * cfg_.train.micro_batch,
+          sampler,
+          t,
           transport_.receive_step([this](const MsgKey& k) { return recv_buf_.at(k).data(); }),
-          {}, {}};
+          {},
+          {}};
   for (std::size_t ai = 0; ai < actions_.size(); ++ai) {
     const Action& a = actions_[ai];
     GptStage& stage = *chunks_[static_cast<std::size_t>(a.chunk)];
@@ -202,10 +205,10 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   switch (a.op) {
   case Op::RECV_ACT:
   case Op::RECV_GRAD:
-    st.t.wait_s += transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
-                                   schedule::describe(a) + " (pipeline rank " +
-                                       std::to_string(me_) + ", step " +
-                                       std::to_string(st.step + 1) + ")");
+    st.t.wait_s +=
+        transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
+                        schedule::describe(a) + " (pipeline rank " + std::to_string(me_) +
+                            ", step " + std::to_string(st.step + 1) + ")");
     return;
   case Op::F: {
     Slot& s = acquire(a.chunk, a.mb);
@@ -260,8 +263,8 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     return finish_slot(st, a.chunk, a.mb);
   }
   case Op::SEND_GRAD:
-    st.grad_sends.push_back(transport_.start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1,
-                                                  a.mb, a.chunk, a.peer));
+    st.grad_sends.push_back(
+        transport_.start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1, a.mb, a.chunk, a.peer));
     return;
   }
 }

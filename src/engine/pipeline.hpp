@@ -66,7 +66,7 @@ private:
   struct Step;                       // one run()'s messages in flight, loss and times
   void execute(const schedule::Action& a, GptStage& stage, Step& st);
   void timed(Step& st, int op, const std::function<void()>& fn); // compute, into st's times
-  void finish_slot(Step& st, int chunk, int mb); // after B/BW: send done, slot free
+  void finish_slot(Step& st, int chunk, int mb);                 // after B/BW: send done, slot free
   Slot& acquire(int chunk, int mb);
   void release(int chunk, int mb);
   float* recv_buffer(int dir, int mb, int chunk);

@@ -27,8 +27,9 @@
 namespace bench {
 namespace {
 
-const char* const kColumns[] = {"mpi",          "ring",    "recursive-doubling", "rabenseifner",
-                                "hierarchical", "torus2d", "auto",               "mpi-again"};
+const char* const kColumns[] = {"mpi",          "ring",         "recursive-doubling",
+                                "rabenseifner", "hierarchical", "torus2d",
+                                "auto",         "mpi-again"};
 constexpr std::size_t kCols = 8, kAlgos = 5; // ring .. torus2d: columns 1 .. kAlgos
 constexpr std::size_t kAuto = 6, kAgain = 7;
 
