@@ -73,7 +73,7 @@ int run(int argc, char** argv) {
       return 0;
     }
     const pt::TrainResult r = pt::train(cfg, layout, plan);
-    if (root) {
+    if (root && !r.nothing_to_do) {
       std::printf("%s: %d steps, final loss %.4f, %.0f tokens/s (mean after the first step of this "
                   "run)\n",
                   r.stopped_early ? "stopped" : "done", r.steps_done, r.final_loss,

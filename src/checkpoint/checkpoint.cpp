@@ -15,6 +15,8 @@
 #include <optional>
 #include <sstream>
 
+#include <toml++/toml.h>
+
 #include "util/errors.hpp"
 #include "util/hash.hpp"
 #include "util/test_hooks.hpp"
@@ -484,6 +486,75 @@ void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, con
   }
 }
 
+// A checkpoint of another model: resume = "auto" stops at it rather than falling back to older
+// checkpoints (they are in the same directory, so most likely of that model too).
+struct ForeignCheckpoint : Error {
+  explicit ForeignCheckpoint(const Error& e) : Error(e) {}
+};
+
+// The resolved deck the checkpoint was written with (/config).
+std::optional<Error> read_config(hid_t f, const std::string& path, std::string& text) {
+  H5 ds(H5Dopen2(f, "/config", H5P_DEFAULT), H5Dclose);
+  H5 type(ds.ok() ? H5Dget_type(ds.get()) : -1, H5Tclose);
+  if (!type.ok() || H5Tget_class(type.get()) != H5T_STRING) {
+    return ckpt_error(path, "has no /config (the deck it was written with)");
+  }
+  std::string buf(H5Tget_size(type.get()), '\0');
+  H5 mem = string_type(buf.size());
+  if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0) {
+    return ckpt_error(path, "its /config cannot be read: the file is truncated or damaged");
+  }
+  text = buf.c_str();
+  return std::nullopt;
+}
+
+// The saved deck against this run's: a model key that differs makes the checkpoint another
+// model's (DESIGN.md section 8: shapes alone do not show n_head). A changed data path, seed or
+// global batch is allowed, with a warning on rank 0.
+void compare_config(const std::string& saved, const RunConfig& cfg, const std::string& path,
+                    bool root) {
+  RunConfig old;
+  try {
+    const toml::table t = toml::parse(saved);
+    const auto dim = [&](const char* key) { return t["parallel"][key].value_or(std::int64_t{1}); };
+    old = parse_deck(saved, path + ":/config", {},
+                     static_cast<int>(dim("pp") * dim("dp") * dim("tp")));
+  } catch (const std::exception& e) {
+    throw ForeignCheckpoint(ckpt_error(path, std::string("its /config is not a deck this pipetrain "
+                                                         "reads: ") + e.what()));
+  }
+  const ModelConfig &a = old.model, &b = cfg.model;
+  const std::pair<const char*, std::pair<long long, long long>> model_keys[] = {
+      {"n_layer", {a.n_layer, b.n_layer}},         {"n_head", {a.n_head, b.n_head}},
+      {"d_model", {a.d_model, b.d_model}},         {"seq_len", {a.seq_len, b.seq_len}},
+      {"vocab_size", {a.vocab_size, b.vocab_size}}, {"tie_embeddings", {a.tie_embeddings, b.tie_embeddings}}};
+  for (const auto& [key, v] : model_keys) {
+    if (v.first == v.second) continue;
+    const auto text = [&](long long x) {
+      return std::string(key) == "tie_embeddings" ? (x ? "true" : "false") : std::to_string(x);
+    };
+    throw ForeignCheckpoint(ckpt_error(
+        path, "is of another model: model." + std::string(key) + " = " + text(v.first) +
+                  " in the checkpoint, " + text(v.second) +
+                  " in the deck.\n---> HINT: give each run its own checkpoint.dir, or set "
+                  "checkpoint.resume = \"none\" to start afresh"));
+  }
+  if (!root) return;
+  const std::pair<const char*, std::pair<std::string, std::string>> run_keys[] = {
+      {"data.path", {old.data.path, cfg.data.path}},
+      {"train.seed", {std::to_string(old.train.seed), std::to_string(cfg.train.seed)}},
+      {"train.global_batch",
+       {std::to_string(old.train.global_batch), std::to_string(cfg.train.global_batch)}}};
+  for (const auto& [key, v] : run_keys) {
+    if (v.first == v.second) continue;
+    std::fprintf(stderr,
+                 "pipetrain: warning: resuming '%s', written with %s = %s; this run has %s: the "
+                 "steps after the checkpoint differ from an uninterrupted run\n",
+                 path.c_str(), key, v.first.c_str(), v.second.c_str());
+  }
+  std::fflush(stderr);
+}
+
 } // namespace
 
 std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards shards,
@@ -542,6 +613,10 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   const ParamLayout whole = whole_layout(cfg.model);
   std::vector<H5> sets = open_datasets(file.get(), whole, path, err);
   agree(layout.world(), err);
+  std::string saved;
+  err = read_config(file.get(), path, saved);
+  agree(layout.world(), err);
+  compare_config(saved, cfg, path, layout.rank() == 0); // the same verdict on every rank
   read_tensors(sets, whole, layout, shards, path, err);
   verify_checksums(sets, whole, layout, shards, path, err);
   int adam_step = 0;
@@ -592,6 +667,8 @@ bool resume(const RunConfig& cfg, const Layout& layout, Shards shards, TrainStat
       state = read_checkpoint(cand, cfg, layout, shards);
       from = cand;
       return true;
+    } catch (const ForeignCheckpoint&) {
+      throw;
     } catch (const Error& e) {
       if (e.code() != ExitCode::checkpoint) throw;
       if (layout.rank() == 0) {

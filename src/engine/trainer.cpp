@@ -102,9 +102,20 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   Checkpoints checkpoints{run, Shards{run.chunks, run.opts}, {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();
+  TrainResult result;
+  if (totals.first_step >= cfg.train.steps) {
+    if (layout.rank() == 0) {
+      std::printf("nothing left to do: the checkpoint is at step %d of %d (train.steps); raise "
+                  "train.steps to train further\n",
+                  totals.first_step, cfg.train.steps);
+      std::fflush(stdout);
+    }
+    result.steps_done = totals.first_step;
+    result.nothing_to_do = true;
+    return result;
+  }
   const Sampler sampler(*run.data, cfg.model.seq_len, cfg.train.seed);
   reset_op_times(); // from here on: the partition's timing ran ops too
-  TrainResult result;
   int stop_seen = 0;
   for (int step = totals.first_step; step < cfg.train.steps; ++step) {
     run.watchdog.barrier(layout.world(),

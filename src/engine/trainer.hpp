@@ -35,6 +35,7 @@ struct TrainResult {
   double final_loss = 0.0;
   double mean_tokens_per_s = 0.0; // over steps after the first
   bool stopped_early = false;     // runtime.exit_after_steps or a stop signal
+  bool nothing_to_do = false;     // resumed at or past train.steps: no step ran
 };
 
 // Collective over layout.world(). Throws pt::Error (bad input, non-finite loss).

@@ -16,6 +16,11 @@ Scenarios (each exits 0 on success, prints what it compared):
                         stays, latest still names step 5, resume = "auto" continues bit-exactly
   sigterm               SIGTERM to the ranks mid-run: exit 0 with a checkpoint; resuming it gives
                         the straight run's losses and parameters
+  other_model           a checkpoint of n_head 4 resumed with n_head 8 (same shapes): exit 3
+                        naming model.n_head and both values, by path and by resume = "auto"
+  other_data            resumed with another data.path: a warning naming it, and the run goes on
+  nothing_left          resumed from a checkpoint at train.steps: exit 0, "nothing left to do",
+                        no loss or speed line
 
 Needs Debian's python3-h5py (damage). Uses tests/mpi/compare_runs.py.
 """
@@ -195,6 +200,37 @@ def sigterm(r):
     r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
 
 
+def other_model(r):
+    r.run("1,1,1", "make", "runtime.exit_after_steps=5", ckpt="b")
+    path = f"{r.work}/b/step_00000005.h5"
+    want = f"checkpoint '{path}': is of another model: model.n_head = 4 in the checkpoint, 8 in the deck"
+    out = r.run("1,1,1", "load", f"checkpoint.resume={path}", "model.n_head=8", ckpt="c", expect=3)
+    expect_in(out, want)
+    out = r.run("2,1,1", "auto", "model.n_head=8", ckpt="b", expect=3)
+    expect_in(out, want)
+    if "trying an older checkpoint" in out:
+        sys.exit("FAIL: resume = auto fell back past a checkpoint of another model")
+
+
+def other_data(r):
+    r.run("1,1,1", "make", "runtime.exit_after_steps=5", ckpt="b")
+    copy = f"{r.work}/other.bin"
+    shutil.copy(r.data, copy)
+    out = r.run("1,1,1", "load", f"data.path={copy}", ckpt="b")
+    expect_in(out, f"warning: resuming '{r.work}/b/step_00000005.h5', written with data.path = "
+                   f"{r.data}; this run has {copy}")
+    expect_in(out, "done: 10 steps")
+
+
+def nothing_left(r):
+    r.run("1,1,1", "make", ckpt="b")
+    out = r.run("1,1,1", "again", ckpt="b")
+    expect_in(out, "nothing left to do: the checkpoint is at step 10 of 10 (train.steps)")
+    if "final loss" in out or "tokens/s" in out:
+        print(out[-3000:])
+        sys.exit("FAIL: a run with nothing to do printed a loss or speed line")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--exe", required=True)
@@ -207,7 +243,9 @@ def main():
     r = Runner(a)
     {"bitexact": lambda: bitexact(r, a.args[0]), "reshard": lambda: reshard(r, a.args[0], a.args[1]),
      "damage": lambda: damage(r, a.args[0]), "fallback": lambda: fallback(r),
-     "kill": lambda: kill(r), "sigterm": lambda: sigterm(r)}[a.scenario]()
+     "kill": lambda: kill(r), "sigterm": lambda: sigterm(r),
+     "other_model": lambda: other_model(r), "other_data": lambda: other_data(r),
+     "nothing_left": lambda: nothing_left(r)}[a.scenario]()
     print("PASS")
 
 
