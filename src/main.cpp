@@ -32,6 +32,7 @@ int world_rank() {
 int run(int argc, char** argv) {
   CLI::App app{"pipetrain: pipeline/data/tensor-parallel GPT training on MPI clusters.\n"
                "Usage: mpirun -np N pipetrain DECK.toml [section.key=value ...]"};
+  app.footer("Kokkos' own options (threads, devices): pipetrain --kokkos-help");
   app.set_version_flag("--version", std::string("pipetrain ") + PIPETRAIN_VERSION);
   std::string deck;
   std::vector<std::string> overrides;
@@ -103,11 +104,29 @@ int main(int argc, char** argv) {
   // comm.overlap = "thread" reduces gradients from a second thread
   int provided = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  // --help and -h are pipetrain's: Kokkos, which would print its own options for them, sees
+  // the rest (its options: --kokkos-help)
+  static char help_flag[] = "--help";
+  std::vector<char*> args;
+  bool help = false, kokkos_help = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    kokkos_help = kokkos_help || a == "--kokkos-help";
+    if (i > 0 && (a == "--help" || a == "-h")) {
+      help = true;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int nargs = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  args.push_back(nullptr);
   int code = 0;
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    Kokkos::ScopeGuard kokkos(nargs, args.data()); // removes the --kokkos-* options it took
+    if (help) args[static_cast<std::size_t>(nargs++)] = help_flag;
     try {
-      code = run(argc, argv);
+      if (!kokkos_help) code = run(nargs, args.data());
     } catch (const std::exception& e) {
       pt::fatal(std::string("unexpected error: ") + e.what());
     }

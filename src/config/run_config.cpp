@@ -372,7 +372,13 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.train.micro_batch = static_cast<int>(r.get_int("train", "micro_batch", {}, 1, kBig));
   c.train.lr = r.get_double("train", "lr", 3e-4, 0.0, 10.0, true);
   c.train.min_lr = r.get_double("train", "min_lr", c.train.lr / 10.0, 0.0, c.train.lr);
-  c.train.warmup_steps = static_cast<int>(r.get_int("train", "warmup_steps", 0, 0, c.train.steps));
+  c.train.warmup_steps = static_cast<int>(r.get_int("train", "warmup_steps", 0, 0, kBig));
+  if (c.train.warmup_steps > c.train.steps) {
+    c.warnings += "warning: train.warmup_steps = " + std::to_string(c.train.warmup_steps) +
+                  " is more than train.steps = " + std::to_string(c.train.steps) +
+                  ": every step warms up; the run is the first " + std::to_string(c.train.steps) +
+                  " steps of the longer schedule\n";
+  }
   c.train.weight_decay = r.get_double("train", "weight_decay", 0.1, 0.0, 10.0);
   c.train.grad_clip = r.get_double("train", "grad_clip", 1.0, 0.0, 1e6);
   c.train.beta1 = r.get_double("train", "beta1", 0.9, 0.0, 0.999999);
@@ -435,7 +441,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.log.dir = r.get_string("log", "dir", "runs");
   c.log.trace = r.get_bool("log", "trace", false);
   c.log.op_profile = r.get_bool("log", "op_profile", false);
-  c.runtime.hang_timeout_s = r.get_double("runtime", "hang_timeout_s", 0.0, 0.0, 1e7);
+  c.runtime.hang_timeout_s = r.get_double("runtime", "hang_timeout_s", 600.0, 0.0, 1e7);
   c.runtime.deterministic = r.get_bool("runtime", "deterministic", false);
   c.runtime.exit_after_steps =
       static_cast<int>(r.get_int("runtime", "exit_after_steps", 0, 0, kBig));

@@ -113,6 +113,7 @@ struct RunConfig {
 
   std::string deck_path;     // where the deck came from (for messages)
   std::string resolved_text; // the deck with overrides and defaults applied, as TOML
+  std::string warnings;      // "warning: ...\n" lines for the printed plan (rank 0)
 
   // Micro-batches each data-parallel rank runs per step.
   int accumulation() const { return train.global_batch / (parallel.dp * train.micro_batch); }

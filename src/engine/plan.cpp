@@ -88,7 +88,8 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   if (layout.rank() != 0) return;
   const auto& m = cfg.model;
   std::printf("== resolved deck (%s) ==\n%s\n\n", cfg.deck_path.c_str(), cfg.resolved_text.c_str());
-  std::printf("== layout ==\n%s%s", table.c_str(), layout.warnings().c_str());
+  std::printf("%s== layout ==\n%s%s", cfg.warnings.c_str(), table.c_str(),
+              layout.warnings().c_str());
   const std::vector<double> cost = stage_costs(plan.layers, plan.costs);
   std::printf("== partition (%s, cost in %s) ==\n", name(cfg.parallel.partition),
               plan.cost_unit.c_str());
