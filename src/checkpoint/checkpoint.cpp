@@ -521,13 +521,17 @@ void compare_config(const std::string& saved, const RunConfig& cfg, const std::s
                      static_cast<int>(dim("pp") * dim("dp") * dim("tp")));
   } catch (const std::exception& e) {
     throw ForeignCheckpoint(ckpt_error(path, std::string("its /config is not a deck this pipetrain "
-                                                         "reads: ") + e.what()));
+                                                         "reads: ") +
+                                                 e.what()));
   }
   const ModelConfig &a = old.model, &b = cfg.model;
   const std::pair<const char*, std::pair<long long, long long>> model_keys[] = {
-      {"n_layer", {a.n_layer, b.n_layer}},         {"n_head", {a.n_head, b.n_head}},
-      {"d_model", {a.d_model, b.d_model}},         {"seq_len", {a.seq_len, b.seq_len}},
-      {"vocab_size", {a.vocab_size, b.vocab_size}}, {"tie_embeddings", {a.tie_embeddings, b.tie_embeddings}}};
+      {"n_layer", {a.n_layer, b.n_layer}},
+      {"n_head", {a.n_head, b.n_head}},
+      {"d_model", {a.d_model, b.d_model}},
+      {"seq_len", {a.seq_len, b.seq_len}},
+      {"vocab_size", {a.vocab_size, b.vocab_size}},
+      {"tie_embeddings", {a.tie_embeddings, b.tie_embeddings}}};
   for (const auto& [key, v] : model_keys) {
     if (v.first == v.second) continue;
     const auto text = [&](long long x) {
