@@ -110,6 +110,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
                   totals.first_step, cfg.train.steps);
       std::fflush(stdout);
     }
+    report_end(run, totals); // the checkpoint's parameter digests into metrics.jsonl
     result.steps_done = totals.first_step;
     result.nothing_to_do = true;
     return result;
