@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
 #include <vector>
 
 #include "util/errors.hpp"
@@ -181,14 +180,6 @@ void rabenseifner_allreduce(float* buf, std::size_t n, const ReduceComm& c,
       hi = low ? ohi : hi;
     }
   });
-}
-
-std::optional<AllreduceAlgo> parse_allreduce(const std::string& name) {
-  if (name == "auto") return std::nullopt;
-  for (AllreduceAlgo a : kAllreduceAlgos) {
-    if (name == algorithm_name(a)) return a;
-  }
-  throw std::invalid_argument("unknown all-reduce algorithm \"" + name + "\"");
 }
 
 AllreduceAlgo auto_pick(const std::vector<std::pair<AllreduceAlgo, double>>& seconds,

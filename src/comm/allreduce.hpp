@@ -25,10 +25,6 @@
 
 namespace pt {
 
-// Deck name -> algorithm: "mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical",
-// "torus2d"; "auto" -> nullopt. Throws std::invalid_argument for other names.
-std::optional<AllreduceAlgo> parse_allreduce(const std::string& name);
-
 // A communicator as the algorithms use it. Every blocking step waits under the hang watchdog,
 // naming `what` (the caller's name for the reduction).
 struct ReduceComm {

@@ -3,6 +3,10 @@
 // deck spelling, for messages, the printed plan and the resolved deck.
 #pragma once
 
+#include <optional>
+#include <stdexcept>
+#include <string>
+
 namespace pt {
 
 enum class DeviceKind { host, cuda };                                // device.kind
@@ -123,6 +127,16 @@ constexpr const char* algorithm_name(AllreduceAlgo algo) {
     return "torus2d";
   }
   return "?";
+}
+
+// Deck name -> algorithm: "mpi", "ring", "recursive-doubling", "rabenseifner", "hierarchical",
+// "torus2d"; "auto" -> nullopt. Throws std::invalid_argument for other names.
+inline std::optional<AllreduceAlgo> parse_allreduce(const std::string& name) {
+  if (name == "auto") return std::nullopt;
+  for (AllreduceAlgo a : kAllreduceAlgos) {
+    if (name == algorithm_name(a)) return a;
+  }
+  throw std::invalid_argument("unknown all-reduce algorithm \"" + name + "\"");
 }
 
 } // namespace pt

@@ -401,9 +401,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   std::vector<std::string> algos = {"auto"};
   for (AllreduceAlgo a : kAllreduceAlgos) algos.push_back(algorithm_name(a));
   const std::string allreduce = r.get_string("comm", "allreduce", "auto", algos);
-  for (AllreduceAlgo a : kAllreduceAlgos) {
-    if (allreduce == algorithm_name(a)) c.comm.allreduce = a;
-  }
+  c.comm.allreduce = parse_allreduce(allreduce); // get_string accepted only these names
   c.comm.autotune = r.get_bool("comm", "autotune", true);
   c.comm.topology = r.get_enum(
       "comm", "topology", TopologyKind::automatic,
