@@ -39,7 +39,7 @@ double Watchdog::wait_until(const std::function<bool()>& done, const std::string
                    "message (if any) names what it waits for\n",
                    rank_, waited, timeout_s_, what.c_str());
       std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::hang));
+      abort_job(ExitCode::hang);
     }
     // spin briefly, then yield the core (oversubscribed test machines)
     if (++polls > 1000) std::this_thread::yield();

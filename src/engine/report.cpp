@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "engine/run.hpp"
@@ -21,12 +22,15 @@ std::pair<double, double> bubble_of(const Run& run, const StepTimes& times) {
   if (p < 2) return {0.0, 0.0};
   MPI_Comm pp = run.layout.pp_comm();
   double span = times.pipeline_s, compute = times.compute_s;
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &span, 1, MPI_DOUBLE, MPI_MAX, pp));
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &compute, 1, MPI_DOUBLE, MPI_SUM, pp));
+  const std::string what = "the step's bubble metrics (pipeline group)";
+  run.watchdog.allreduce(&span, 1, MPI_DOUBLE, MPI_MAX, pp, what);
+  run.watchdog.allreduce(&compute, 1, MPI_DOUBLE, MPI_SUM, pp, what);
   double mine[4];
   for (int k = 0; k < 4; ++k) mine[k] = times.op_n[k] ? times.op_s[k] / times.op_n[k] : 0.0;
   std::vector<double> all(static_cast<std::size_t>(4 * p));
-  PT_MPI(MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, pp));
+  MPI_Request req;
+  PT_MPI(MPI_Iallgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, pp, &req));
+  run.watchdog.wait(req, what);
   std::vector<schedule::Costs> costs;
   for (int r = 0; r < p; ++r) {
     const double* a = all.data() + 4 * r;
@@ -41,7 +45,8 @@ double memory_bytes(const Run& run) {
   for (auto& c : run.chunks) mem += static_cast<double>(c->bytes());
   for (auto& o : run.opts) mem += static_cast<double>(o->bytes());
   mem += static_cast<double>(run.engine->activation_bytes());
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mem, 1, MPI_DOUBLE, MPI_MAX, run.layout.world()));
+  run.watchdog.allreduce(&mem, 1, MPI_DOUBLE, MPI_MAX, run.layout.world(),
+                         "the step's memory metric");
   return mem;
 }
 
@@ -106,7 +111,8 @@ void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
   sm.mfu = sm.tflops * 1e12 / run.peak_flops;
   std::tie(sm.bubble, sm.bubble_predicted) = bubble_of(run, s.times);
   double comm_t[2] = {s.comm.exposed_s, s.comm.busy_s};
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, comm_t, 2, MPI_DOUBLE, MPI_MAX, run.layout.world()));
+  run.watchdog.allreduce(comm_t, 2, MPI_DOUBLE, MPI_MAX, run.layout.world(),
+                         "the step's communication metrics");
   sm.comm_exposed_s = comm_t[0];
   sm.comm_s = comm_t[1];
   totals.comm.exposed_s += comm_t[0];

@@ -80,9 +80,8 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
   AllreduceOptions opt;
   opt.algo = cc.allreduce;
   opt.autotune = cc.autotune && !cfg.runtime.deterministic;
-  // the dp group's ranks per node (a node holds ranks_on_node / (pp*tp) replicas of a stage)
-  opt.node_size = std::max(1, layout.ranks_on_node() / (layout.pp() * layout.tp()));
-  const int nodes = std::max(1, layout.dp() / opt.node_size);
+  opt.node_size = layout.dp_node_size();
+  const int nodes = layout.dp_nodes();
   std::optional<Error> err;
   try { // read a calibration file even without data parallelism: a wrong path is an error
     opt.topology = resolve_topology(name(cc.topology), cc.calibration, nodes);

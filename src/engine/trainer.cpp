@@ -79,7 +79,8 @@ void validate_if_due(Run& run, int step) {
 int stop_after(const Run& run, int step, int first_step, int& stop_seen) {
   if (stop_seen == 0) stop_seen = poll_stop_signal();
   int stop = stop_seen;
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, run.layout.world()));
+  run.watchdog.allreduce(&stop, 1, MPI_INT, MPI_MAX, run.layout.world(),
+                         "the stop-signal agreement after a step");
   const int exit_after = run.cfg.runtime.exit_after_steps;
   if (stop == 0 && exit_after > 0 && step + 1 - first_step == exit_after) stop = -1;
   return stop;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <tuple>
 
 #include "util/errors.hpp"
 
@@ -11,6 +12,25 @@ namespace pt {
 Coords coords_of(int rank, int pp, int dp, int tp) {
   (void)pp;
   return Coords{rank / (tp * dp), (rank / tp) % dp, rank % tp};
+}
+
+std::pair<int, int> group_nodes(const std::vector<int>& node_of) {
+  std::vector<int> seen; // nodes in order of their first rank
+  std::vector<int> block;
+  for (std::size_t r = 0; r < node_of.size(); ++r) {
+    if (r > 0 && node_of[r] == node_of[r - 1]) {
+      ++block.back();
+      continue;
+    }
+    seen.push_back(node_of[r]);
+    block.push_back(1);
+  }
+  std::vector<int> distinct = seen;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  const bool regular = distinct.size() == seen.size() &&
+                       std::all_of(block.begin(), block.end(), [&](int b) { return b == block[0]; });
+  return {static_cast<int>(distinct.size()), regular ? block[0] : 1};
 }
 
 Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
@@ -51,6 +71,11 @@ Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
   int node_rank = 0;
   PT_MPI(MPI_Comm_rank(node_comm_, &node_rank));
   PT_MPI(MPI_Comm_split(world_, node_rank == 0 ? 0 : MPI_UNDEFINED, rank_, &leader_comm_));
+
+  // the dp group's nodes, from where its ranks really are (a node need not hold every stage)
+  std::vector<int> dp_node(static_cast<std::size_t>(dp_));
+  PT_MPI(MPI_Allgather(&node_, 1, MPI_INT, dp_node.data(), 1, MPI_INT, dp_comm_));
+  std::tie(dp_nodes_, dp_node_size_) = group_nodes(dp_node);
 
   // a tensor-parallel group should sit inside one node (its all-reduces are on the critical path)
   int lo = node_, hi = node_;

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/run_config.hpp"
@@ -17,6 +18,11 @@ struct Coords {
 };
 
 Coords coords_of(int rank, int pp, int dp, int tp);
+
+// A group's placement from the node of each of its ranks (in group rank order): the number of
+// nodes, and the ranks per node when every node holds one block of that many consecutive ranks
+// (else 1).
+std::pair<int, int> group_nodes(const std::vector<int>& node_of);
 
 class Layout {
 public:
@@ -44,6 +50,11 @@ public:
   int node() const { return node_; } // node index, 0-based, in rank order
   int nodes() const { return nodes_; }
   int ranks_on_node() const { return ranks_on_node_; }
+  // This rank's dp group as the all-reduce sees it: the nodes it spans, and its ranks per node
+  // when every node holds one block of that many consecutive dp ranks (else 1: the topology
+  // model and hierarchical then treat each rank as a node of its own).
+  int dp_nodes() const { return dp_nodes_; }
+  int dp_node_size() const { return dp_node_size_; }
 
   // The table of rank -> host, node, pp/dp/tp (rank 0 holds it; others get an empty string).
   std::string table() const;
@@ -63,6 +74,7 @@ private:
   int pp_ = 1, dp_ = 1, tp_ = 1;
   Coords me_;
   int node_ = 0, nodes_ = 1, ranks_on_node_ = 1;
+  int dp_nodes_ = 1, dp_node_size_ = 1;
   std::vector<std::string> hosts_; // rank 0 only
   std::vector<int> node_of_;       // rank 0 only
 };

@@ -1,6 +1,9 @@
 #include "util/errors.hpp"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace pt {
@@ -35,8 +38,17 @@ void fatal(const std::string& message) {
   if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::fprintf(stderr, "pipetrain: fatal on rank %d: %s\n", rank, message.c_str());
   std::fflush(stderr);
-  if (initialized) MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::other));
+  if (initialized) abort_job(ExitCode::other);
   std::exit(static_cast<int>(ExitCode::other));
+}
+
+void abort_job(ExitCode code) {
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::_Exit(static_cast<int>(code));
+  }).detach();
+  MPI_Abort(MPI_COMM_WORLD, static_cast<int>(code));
+  std::_Exit(static_cast<int>(code));
 }
 
 void check_mpi(int err, const char* call, const char* file, int line) {

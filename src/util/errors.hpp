@@ -42,6 +42,11 @@ void agree(MPI_Comm comm, const std::optional<Error>& local);
 // Aborts the whole job with this rank's message (for failures that cannot be agreed on).
 [[noreturn]] void fatal(const std::string& message);
 
+// MPI_Abort(MPI_COMM_WORLD, code), and this rank's own exit with `code` if the launcher has not
+// ended it within a grace period (a host the launcher cannot reach leaves MPI_Abort waiting on
+// the launcher's own timeouts; docs/running.md).
+[[noreturn]] void abort_job(ExitCode code);
+
 // Checked MPI call: reports the call, file and line, then aborts.
 void check_mpi(int err, const char* call, const char* file, int line);
 

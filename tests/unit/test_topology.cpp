@@ -13,6 +13,7 @@
 #include "comm/grad_sync.hpp"
 #include "comm/topology.hpp"
 #include "model/param_layout.hpp"
+#include "parallel/layout.hpp"
 #include "util/errors.hpp"
 
 namespace {
@@ -199,3 +200,14 @@ TEST(GradBuckets, ReverseLayerOrderCoveringEverything) {
 }
 
 } // namespace
+
+// A dp group's placement comes from its ranks' nodes, whatever the other dimensions do.
+TEST(Topology, GroupNodesFromWhereTheRanksAre) {
+  using V = std::vector<int>;
+  EXPECT_EQ(pt::group_nodes(V{0, 0}), std::make_pair(1, 2));       // pp 2 x dp 2, pp across hosts
+  EXPECT_EQ(pt::group_nodes(V{0, 1}), std::make_pair(2, 1));       // dp across hosts
+  EXPECT_EQ(pt::group_nodes(V{3, 3, 5, 5}), std::make_pair(2, 2)); // blocks of two
+  EXPECT_EQ(pt::group_nodes(V{0, 0, 1}), std::make_pair(2, 1));    // unequal blocks
+  EXPECT_EQ(pt::group_nodes(V{0, 1, 0, 1}), std::make_pair(2, 1)); // interleaved
+  EXPECT_EQ(pt::group_nodes(V{7}), std::make_pair(1, 1));
+}
