@@ -28,8 +28,9 @@ std::pair<int, int> group_nodes(const std::vector<int>& node_of) {
   std::vector<int> distinct = seen;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  const bool regular = distinct.size() == seen.size() &&
-                       std::all_of(block.begin(), block.end(), [&](int b) { return b == block[0]; });
+  const bool regular =
+      distinct.size() == seen.size() &&
+      std::all_of(block.begin(), block.end(), [&](int b) { return b == block[0]; });
   return {static_cast<int>(distinct.size()), regular ? block[0] : 1};
 }
 
