@@ -16,6 +16,7 @@ enum class PartitionKind { uniform, params, time, explicit_layers }; // parallel
 enum class Overlap { none, thread, poll };                           // comm.overlap
 enum class GpuTransport { automatic, nccl, mpi };                    // comm.gpu_collectives/p2p
 enum class TopologyKind { automatic, flat, fat_tree, tianhe };       // comm.topology
+enum class Recompute { none, selective, full };                      // train.recompute
 enum class AllreduceAlgo { mpi, ring, recursive_doubling, rabenseifner, hierarchical, torus2d };
 
 // comm.allreduce's algorithms in deck order (the deck's "auto" is no algorithm: nullopt).
@@ -69,6 +70,18 @@ constexpr const char* name(PartitionKind p) {
     return "time";
   case PartitionKind::explicit_layers: // the deck gives a list; plans and checkpoints say this
     return "explicit";
+  }
+  return "?";
+}
+
+constexpr const char* name(Recompute r) {
+  switch (r) {
+  case Recompute::none:
+    return "none";
+  case Recompute::selective:
+    return "selective";
+  case Recompute::full:
+    return "full";
   }
   return "?";
 }

@@ -26,7 +26,7 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
         "allow_tp_across_nodes"}},
       {"train",
        {"steps", "global_batch", "micro_batch", "lr", "min_lr", "warmup_steps", "weight_decay",
-        "grad_clip", "beta1", "beta2", "eps", "seed"}},
+        "grad_clip", "beta1", "beta2", "eps", "seed", "recompute"}},
       {"data", {"path", "val_path", "val_every", "val_batches"}},
       {"checkpoint", {"dir", "every", "keep", "resume"}},
       {"comm",
@@ -352,11 +352,12 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   if (const toml::node* p = r.raw("parallel", "partition"); p != nullptr && p->is_array()) {
     c.parallel.partition = PartitionKind::explicit_layers;
     for (const auto& e : *p->as_array()) {
-      if (!e.is_integer() || *e.value<std::int64_t>() < 1) {
+      if (!e.is_integer() || *e.value<std::int64_t>() < 1 ||
+          *e.value<std::int64_t>() > c.model.n_layer) {
         r.fail("parallel", "partition",
                "= " + describe(*p) +
                    ": an explicit partition is a list of layer counts "
-                   "per stage, each >= 1");
+                   "per stage, each >= 1 and at most model.n_layer");
       }
       c.parallel.partition_layers.push_back(static_cast<int>(*e.value<std::int64_t>()));
     }
@@ -381,6 +382,8 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   }
   c.train.weight_decay = r.get_double("train", "weight_decay", 0.1, 0.0, 10.0);
   c.train.grad_clip = r.get_double("train", "grad_clip", 1.0, 0.0, 1e6);
+  c.train.recompute = r.get_enum("train", "recompute", Recompute::none,
+                                 {Recompute::none, Recompute::selective, Recompute::full});
   c.train.beta1 = r.get_double("train", "beta1", 0.9, 0.0, 0.999999);
   c.train.beta2 = r.get_double("train", "beta2", 0.95, 0.0, 0.999999);
   c.train.eps = r.get_double("train", "eps", 1e-8, 0.0, 1.0, true);
@@ -502,12 +505,13 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
                std::to_string(pp * c.parallel.virtual_stages) +
                ": every stage chunk needs at least one layer");
   }
-  if (c.train.global_batch % (dp * c.train.micro_batch) != 0) {
+  const long long per_step = static_cast<long long>(dp) * c.train.micro_batch; // may pass 2^31
+  if (c.train.global_batch % per_step != 0) {
     r.fail("train", "global_batch",
            "= " + std::to_string(c.train.global_batch) +
                " is not divisible by dp * micro_batch = " + std::to_string(dp) + " * " +
                std::to_string(c.train.micro_batch) + ": make global_batch a multiple of " +
-               std::to_string(dp * c.train.micro_batch));
+               std::to_string(per_step));
   }
   if (c.device.kind == DeviceKind::host && c.comm.gpu_collectives == GpuTransport::nccl) {
     r.fail("comm", "gpu_collectives",
@@ -534,7 +538,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   }
   c.parallel.micro_batches = accum;
   if (!c.parallel.partition_layers.empty()) {
-    int sum = 0;
+    long long sum = 0; // entries are <= n_layer, but a list may be long
     for (int n : c.parallel.partition_layers) sum += n;
     const std::size_t want = static_cast<std::size_t>(pp * c.parallel.virtual_stages);
     if (c.parallel.partition_layers.size() != want || sum != c.model.n_layer) {

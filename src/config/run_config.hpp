@@ -45,6 +45,9 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   std::uint64_t seed = 1337;
+  // activations recomputed in the backward instead of kept (DESIGN.md section 6a): selective,
+  // the attention probabilities; full, everything of a block but its input
+  Recompute recompute = Recompute::none;
 };
 
 struct DataConfig {

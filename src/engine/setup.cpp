@@ -159,7 +159,8 @@ void make_chunks(Run& run) {
   for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
     const TpGroup tp{layout.coords().tp, layout.tp(), run.tp_reduce.get()};
     run.chunks.push_back(std::make_unique<GptStage>(
-        cfg.model, stage_spec(run.plan.layers, c * p + me), cfg.train.micro_batch, tp, run.be));
+        cfg.model, stage_spec(run.plan.layers, c * p + me), cfg.train.micro_batch, tp, run.be,
+        cfg.train.recompute));
     run.chunks.back()->init_parameters(cfg.train.seed);
     run.opts.push_back(std::make_unique<AdamW>(run.chunks.back()->layout(), cfg.train, run.be));
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "util/errors.hpp"
 #include "util/hash.hpp"
@@ -39,12 +40,17 @@ std::size_t GptStage::bytes() const {
   // plus d_lnf, d_output (last stage) and d_input
   const std::size_t fused =
       N * (F_ + 4 * C_ + 3 * Ct_ + (spec_.last ? 2 * C_ : 0) + C_) * sizeof(float);
+  const BlockActivations& w = work_;
+  const std::size_t work = att_work_.bytes() + w.ln1.bytes() + w.ln1_mean.bytes() +
+                           w.ln1_rstd.bytes() + w.qkv.bytes() + w.att.bytes() + w.atty.bytes() +
+                           w.res2.bytes() + w.ln2.bytes() + w.ln2_mean.bytes() +
+                           w.ln2_rstd.bytes() + w.fch.bytes() + w.fch_gelu.bytes() + w.out.bytes();
   return params_.bytes() + grads_.bytes() + head_grad_.bytes() + d_fch_gelu_.bytes() +
-         d_atty_.bytes() + att_scratch_.bytes() + 3 * ce_max_.bytes() + fused;
+         d_atty_.bytes() + att_scratch_.bytes() + 3 * ce_max_.bytes() + fused + work;
 }
 
 GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp,
-                   const Backend& backend)
+                   const Backend& backend, Recompute recompute)
     : model_(model), spec_(stage), tp_(tp), be_(backend), mem_{backend.alloc, backend.release},
       B_(micro_batch), T_(model.seq_len), C_(model.d_model), Ct_(model.d_model / tp.size),
       NH_(model.n_head / tp.size), F_(4 * model.d_model / tp.size), V_(model.vocab_size / tp.size),
@@ -52,7 +58,12 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       layout_(model, stage, tp.rank, tp.size), params_(layout_.total(), mem_),
       grads_(layout_.total(), mem_), d_fch_gelu_(static_cast<std::size_t>(N_) * F_, mem_),
       d_atty_(static_cast<std::size_t>(N_) * Ct_, mem_),
-      att_scratch_(static_cast<std::size_t>(T_) * T_, mem_) {
+      att_scratch_(static_cast<std::size_t>(T_) * T_, mem_), recompute_(recompute) {
+  if (recompute_ == Recompute::selective) {
+    att_work_ = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_, mem_);
+  } else if (recompute_ == Recompute::full) {
+    work_ = make_block_activations();
+  }
   if (spec_.last && model_.tie_embeddings) {
     head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_, mem_);
   }
@@ -140,6 +151,25 @@ void GptStage::fold_tied_head_grad() {
   be_.synchronize();
 }
 
+BlockActivations GptStage::make_block_activations() const {
+  const std::size_t N = N_, C = C_;
+  BlockActivations k;
+  k.ln1 = FloatBuffer(N * C, mem_);
+  k.ln1_mean = FloatBuffer(N, mem_);
+  k.ln1_rstd = FloatBuffer(N, mem_);
+  k.qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_), mem_);
+  k.att = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_, mem_);
+  k.atty = FloatBuffer(N * static_cast<std::size_t>(Ct_), mem_);
+  k.res2 = FloatBuffer(N * C, mem_);
+  k.ln2 = FloatBuffer(N * C, mem_);
+  k.ln2_mean = FloatBuffer(N, mem_);
+  k.ln2_rstd = FloatBuffer(N, mem_);
+  k.fch = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
+  k.fch_gelu = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
+  k.out = FloatBuffer(N * C, mem_);
+  return k;
+}
+
 StageActivations GptStage::make_activations() const {
   const std::size_t N = N_, C = C_;
   StageActivations a;
@@ -147,21 +177,14 @@ StageActivations GptStage::make_activations() const {
   a.targets = Buffer<std::int32_t>(N, mem_);
   a.input = FloatBuffer(N * C, mem_);
   for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
-    BlockActivations k;
-    k.ln1 = FloatBuffer(N * C, mem_);
-    k.ln1_mean = FloatBuffer(N, mem_);
-    k.ln1_rstd = FloatBuffer(N, mem_);
-    k.qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_), mem_);
-    k.att = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_, mem_);
-    k.atty = FloatBuffer(N * static_cast<std::size_t>(Ct_), mem_);
-    k.res2 = FloatBuffer(N * C, mem_);
-    k.ln2 = FloatBuffer(N * C, mem_);
-    k.ln2_mean = FloatBuffer(N, mem_);
-    k.ln2_rstd = FloatBuffer(N, mem_);
-    k.fch = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
-    k.fch_gelu = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
-    k.out = FloatBuffer(N * C, mem_);
-    a.blocks.push_back(std::move(k));
+    if (recompute_ == Recompute::full) { // the block's output only: the next block's input
+      BlockActivations k;
+      k.out = FloatBuffer(N * C, mem_);
+      a.blocks.push_back(std::move(k));
+      continue;
+    }
+    a.blocks.push_back(make_block_activations());
+    if (recompute_ == Recompute::selective) a.blocks.back().att = FloatBuffer();
   }
   if (spec_.last) {
     a.lnf = FloatBuffer(N * C, mem_);
@@ -208,7 +231,8 @@ void GptStage::block_forward(int i, const float* x, BlockActivations& a) {
   be_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, N,
                         C);
   be_.matmul_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
-  be_.attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, T_, Ct, NH_);
+  float* att = a.att.size() > 0 ? a.att.data() : att_work_.data(); // selective: not kept
+  be_.attention_forward(a.atty.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
   be_.matmul_forward(a.res2.data(), a.atty.data(), w.proj_w, bias_here ? w.proj_b : nullptr, N, Ct,
                      C);
   tp_sum(a.res2.data(), a.res2.size());
@@ -232,7 +256,14 @@ float GptStage::forward(StageActivations& a) {
     tp_sum(a.input.data(), a.input.size());
   }
   for (std::size_t i = 0; i < a.blocks.size(); ++i) {
-    block_forward(static_cast<int>(i), block_input(a, static_cast<int>(i)), a.blocks[i]);
+    const int b = static_cast<int>(i);
+    if (recompute_ != Recompute::full) {
+      block_forward(b, block_input(a, b), a.blocks[i]);
+      continue;
+    }
+    std::swap(work_.out, a.blocks[i].out); // full: only the output stays with the micro-batch
+    block_forward(b, block_input(a, b), work_);
+    std::swap(work_.out, a.blocks[i].out);
   }
   if (!spec_.last) {
     be_.synchronize();
@@ -265,6 +296,12 @@ float GptStage::forward(StageActivations& a) {
 
 // ---- backward -------------------------------------------------------------------------------
 
+BlockActivations& GptStage::for_backward(int i, const float* x, BlockActivations& kept) {
+  if (recompute_ != Recompute::full) return kept;
+  block_forward(i, x, work_); // the same ops on the same input: the same bits
+  return work_;
+}
+
 void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
                                     BlockStash& s) {
   const BlockTensors w = block(params_.data(), spec_.layer_begin + i);
@@ -279,10 +316,12 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
   copy_floats(s.d_res2.data(), dout, NC); // residual path
   be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
                                a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
-  // attention branch
+  // attention branch; selective: the probabilities again (d_atty_ holds the unused output)
+  float* att = a.att.size() > 0 ? a.att.data() : att_work_.data();
+  if (a.att.size() == 0) be_.attention_forward(d_atty_.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
   be_.matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, Ct, C);
-  be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(),
-                         a.att.data(), B_, T_, Ct, NH_);
+  be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), att,
+                         B_, T_, Ct, NH_);
   be_.matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
   tp_sum(s.d_ln1.data(), NC);                    // column-parallel qkv
   copy_floats(s.dx.data(), s.d_res2.data(), NC); // residual path
@@ -345,8 +384,9 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
   BlockStash& b = fused_.blocks[0];
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
     const float* x = block_input(a, i);
-    block_backward_input(i, x, a.blocks[static_cast<std::size_t>(i)], grad, b);
-    block_backward_weight(i, x, a.blocks[static_cast<std::size_t>(i)], b);
+    BlockActivations& act = for_backward(i, x, a.blocks[static_cast<std::size_t>(i)]);
+    block_backward_input(i, x, act, grad, b);
+    block_backward_weight(i, x, act, b);
     layer_done(spec_.layer_begin + i);
     copy_floats(flow, b.dx.data(), NC);
     grad = flow;
@@ -368,7 +408,8 @@ void GptStage::backward_input(StageActivations& a, const float* dout, float loss
     grad = s.d_output.data();
   }
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
-    block_backward_input(i, block_input(a, i), a.blocks[static_cast<std::size_t>(i)], grad,
+    const float* x = block_input(a, i);
+    block_backward_input(i, x, for_backward(i, x, a.blocks[static_cast<std::size_t>(i)]), grad,
                          s.blocks[static_cast<std::size_t>(i)]);
     grad = s.blocks[static_cast<std::size_t>(i)].dx.data();
   }
@@ -380,7 +421,8 @@ void GptStage::backward_input(StageActivations& a, const float* dout, float loss
 void GptStage::backward_weight(StageActivations& a, StageStash& s) {
   if (spec_.last) head_backward_weight(a, s.d_lnf.data());
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
-    block_backward_weight(i, block_input(a, i), a.blocks[static_cast<std::size_t>(i)],
+    const float* x = block_input(a, i);
+    block_backward_weight(i, x, for_backward(i, x, a.blocks[static_cast<std::size_t>(i)]),
                           s.blocks[static_cast<std::size_t>(i)]);
     layer_done(spec_.layer_begin + i);
   }

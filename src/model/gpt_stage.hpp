@@ -103,8 +103,12 @@ public:
   // backward-input. Every buffer lives in `backend`'s memory and every op runs there; each public
   // call has finished its work when it returns, so the host (MPI, checkpoints) may then touch
   // the buffers.
+  // recompute (train.recompute): selective keeps no attention probabilities per micro-batch and
+  // recomputes them in the backward; full keeps each block's output (the next block's input)
+  // only and recomputes the block's forward in the backward (in the backward-weight half too).
+  // Every number stays bit-identical to none.
   GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp = {},
-           const Backend& backend = host_backend());
+           const Backend& backend = host_backend(), Recompute recompute = Recompute::none);
 
   const ParamLayout& layout() const { return layout_; }
   const StageSpec& spec() const { return spec_; }
@@ -169,7 +173,10 @@ private:
   EdgeTensors edges(float* base) const;
   const float* block_input(const StageActivations& a, int i) const;
 
+  BlockActivations make_block_activations() const;
   void block_forward(int i, const float* x, BlockActivations& a);
+  // The activations block i's backward reads: its own, or (full) work_ with them recomputed.
+  BlockActivations& for_backward(int i, const float* x, BlockActivations& kept);
   void block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
                             BlockStash& s);
   void block_backward_weight(int i, const float* x, BlockActivations& a, const BlockStash& s);
@@ -196,6 +203,9 @@ private:
   FloatBuffer d_atty_;                      // (N,Ct)
   FloatBuffer ce_max_, ce_sum_, ce_target_; // (N) vocabulary-parallel cross-entropy
   FloatBuffer att_scratch_;                 // (T,T)
+  Recompute recompute_;
+  FloatBuffer att_work_;  // (B,NH,T,T) selective: the probabilities of the block at hand
+  BlockActivations work_; // full: every activation of the block at hand
   StageStash fused_;      // one block's stash, reused by backward() block after block
   FloatBuffer head_grad_; // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
 };
