@@ -320,8 +320,8 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
   float* att = a.att.size() > 0 ? a.att.data() : att_work_.data();
   if (a.att.size() == 0) be_.attention_forward(d_atty_.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
   be_.matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, Ct, C);
-  be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), att,
-                         B_, T_, Ct, NH_);
+  be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), att, B_,
+                         T_, Ct, NH_);
   be_.matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
   tp_sum(s.d_ln1.data(), NC);                    // column-parallel qkv
   copy_floats(s.dx.data(), s.d_res2.data(), NC); // residual path
