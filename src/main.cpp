@@ -69,6 +69,7 @@ int run(int argc, char** argv) {
     const pt::Layout layout(MPI_COMM_WORLD, cfg.parallel, cfg.comm);
     const pt::Plan plan = pt::make_plan(cfg, layout, !validate_only);
     pt::print_plan(cfg, layout, plan);
+    pt::check_fit(cfg, layout, plan);
     if (validate_only) {
       if (root) std::printf("deck and layout are valid for %d rank(s)\n", layout.size());
       return 0;

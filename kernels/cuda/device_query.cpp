@@ -20,6 +20,9 @@ int device_count(std::string& why) {
 const Backend& start(int, const std::string&) {
   throw std::runtime_error(kNotCompiled);
 }
+double device_memory_bytes(int) {
+  return 0.0;
+}
 double measure_gemm_flops(double) {
   throw std::runtime_error(kNotCompiled);
 }

@@ -17,6 +17,8 @@ int device_count(std::string& why);
 // (fp32 | tf32 | bf16, see cuda_ops::set_precision) and returns the CUDA backend's table.
 // Throws std::runtime_error when CUDA is not compiled in or the device cannot be used.
 const Backend& start(int device, const std::string& precision);
+// Bytes of memory on GPU `device`; 0 when there is none (or CUDA is not compiled in).
+double device_memory_bytes(int device);
 // FLOP/s of a large matrix product at the started backend's precision (the MFU denominator).
 double measure_gemm_flops(double seconds);
 

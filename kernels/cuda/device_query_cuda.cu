@@ -28,4 +28,10 @@ int device_count(std::string& why) {
   return n;
 }
 
+double device_memory_bytes(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return 0.0;
+  return static_cast<double>(prop.totalGlobalMem);
+}
+
 } // namespace pt::cuda

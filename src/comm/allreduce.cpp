@@ -35,7 +35,7 @@ std::size_t ring_end(std::size_t n, int p, int k) {
 
 // Ring reduce-scatter, p-1 steps with neighbours: afterwards rank r holds the full sum of chunk
 // (r + 1) mod p. Returns that chunk's index.
-int ring_reduce_scatter(float* buf, std::size_t n, const ReduceComm& c, std::vector<float>& tmp) {
+int ring_reduce_scatter(float* buf, std::size_t n, const ReduceComm& c, CountedVector<float>& tmp) {
   const int p = c.size, r = c.rank;
   const int right = (r + 1) % p, left = (r + p - 1) % p;
   if (tmp.size() < n / static_cast<std::size_t>(p) + 1) {
@@ -71,7 +71,7 @@ int unfold_rank(int newrank, int rem) {
 // (r = p - p2, p2 = 2^floor(log2 p)) the even ones hand their data to their odd neighbour and
 // sit out of the body (me = rank in the folded group); afterwards they get the result back.
 template <class Body>
-void on_power_of_two(float* buf, std::size_t n, const ReduceComm& c, std::vector<float>& tmp,
+void on_power_of_two(float* buf, std::size_t n, const ReduceComm& c, CountedVector<float>& tmp,
                      Body&& body) {
   if (c.size == 1 || n == 0) return;
   if (tmp.size() < n) tmp.resize(n);
@@ -128,14 +128,14 @@ void ReduceComm::barrier() const {
   watchdog.barrier(comm, what);
 }
 
-void ring_allreduce(float* buf, std::size_t n, const ReduceComm& c, std::vector<float>& tmp) {
+void ring_allreduce(float* buf, std::size_t n, const ReduceComm& c, CountedVector<float>& tmp) {
   if (c.size == 1 || n == 0) return;
   ring_reduce_scatter(buf, n, c, tmp);
   ring_all_gather(buf, n, c);
 }
 
 void recursive_doubling_allreduce(float* buf, std::size_t n, const ReduceComm& c,
-                                  std::vector<float>& tmp) {
+                                  CountedVector<float>& tmp) {
   on_power_of_two(buf, n, c, tmp, [&](int me, int p2, int rem) {
     for (int mask = 1; mask < p2; mask <<= 1) {
       const int partner = unfold_rank(me ^ mask, rem);
@@ -152,7 +152,7 @@ void recursive_doubling_allreduce(float* buf, std::size_t n, const ReduceComm& c
 
 // Reduce-scatter by recursive halving, all-gather by recursive doubling.
 void rabenseifner_allreduce(float* buf, std::size_t n, const ReduceComm& c,
-                            std::vector<float>& tmp) {
+                            CountedVector<float>& tmp) {
   on_power_of_two(buf, n, c, tmp, [&](int me, int p2, int rem) {
     int lo = 0, hi = p2; // my chunk range [lo, hi) of p2 chunks
     for (int mask = p2 / 2; mask >= 1; mask >>= 1) {
@@ -203,7 +203,7 @@ struct Allreducer::TwoLevel {
   MPI_Win win = MPI_WIN_NULL;
   std::size_t win_floats = 0; // per rank
   std::vector<float*> part;   // every row rank's part of the window
-  std::vector<float> tmp;     // the column step's scratch
+  CountedVector<float> tmp;   // the column step's scratch
 };
 
 Allreducer::Allreducer(MPI_Comm comm, AllreduceOptions opt)

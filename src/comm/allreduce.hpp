@@ -22,6 +22,7 @@
 
 #include "comm/topology.hpp"
 #include "comm/watchdog.hpp"
+#include "util/memory_count.hpp"
 
 namespace pt {
 
@@ -43,11 +44,11 @@ struct ReduceComm {
 
 // The one-level algorithms: buf (n floats) summed in place over every rank of c; tmp is scratch,
 // grown as needed.
-void ring_allreduce(float* buf, std::size_t n, const ReduceComm& c, std::vector<float>& tmp);
+void ring_allreduce(float* buf, std::size_t n, const ReduceComm& c, CountedVector<float>& tmp);
 void recursive_doubling_allreduce(float* buf, std::size_t n, const ReduceComm& c,
-                                  std::vector<float>& tmp);
+                                  CountedVector<float>& tmp);
 void rabenseifner_allreduce(float* buf, std::size_t n, const ReduceComm& c,
-                            std::vector<float>& tmp);
+                            CountedVector<float>& tmp);
 
 struct AllreduceOptions {
   std::optional<AllreduceAlgo> algo; // nullopt: auto
@@ -108,7 +109,7 @@ private:
   int rank_ = 0, size_ = 1;
   AllreduceOptions opt_;
   ReduceComm all_;
-  std::vector<float> tmp_, saved_; // scratch; auto's copy of a bucket while it measures
+  CountedVector<float> tmp_, saved_; // scratch; auto's copy of a bucket while it measures
   std::map<int, TwoLevel*> groups_;
   bool used_shm_ = false;
   std::map<std::size_t, AutoChoice> measured_;

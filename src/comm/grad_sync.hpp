@@ -30,6 +30,7 @@
 #include "config/enums.hpp"
 #include "cuda/nccl.hpp"
 #include "model/param_layout.hpp"
+#include "util/memory_count.hpp"
 
 namespace pt {
 
@@ -86,7 +87,7 @@ private:
   Overlap overlap_;
   const Watchdog* watchdog_ = nullptr;
   const Backend& be_;
-  std::vector<float> host_; // GPU backend with MPI: host copies of the buckets
+  CountedVector<float> host_; // GPU backend with MPI: host copies of the buckets
   std::unique_ptr<cuda::NcclComm> nccl_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::unique_ptr<Allreducer> reducer_;

@@ -8,6 +8,7 @@
 #include "cuda/device_query.hpp"
 #include "parallel/layout.hpp"
 #include "util/errors.hpp"
+#include "util/memory_count.hpp"
 #include "util/test_hooks.hpp"
 
 namespace pt {
@@ -51,7 +52,7 @@ private:
   const Backend& be_;
   int rank_ = 0;
   bool withheld_ = false;
-  std::vector<float> host_; // GPU backend: the host copy MPI reduces
+  CountedVector<float> host_; // GPU backend: the host copy MPI reduces
 };
 
 // NCCL on device memory, queued on the backend's stream in order with the ops.

@@ -51,6 +51,23 @@ BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
   return BlockCosts{t[0] / n, t[1] / n, t[2] / n};
 }
 
+// The memory model's estimate per pipeline rank (every dp and tp rank of it alike), in MiB.
+void print_memory(const RunConfig& cfg, const Plan& plan) {
+  const double mib = 1048576.0;
+  std::printf("== memory (predicted per rank, MiB; recompute %s; docs/memory.md) ==\n"
+              "  pp rank  params+grads  optimizer  activations (slots x each)  pipeline  "
+              "workspace     total\n",
+              name(cfg.train.recompute));
+  for (std::size_t r = 0; r < plan.memory.size(); ++r) {
+    const MemoryEstimate& e = plan.memory[r];
+    std::printf("  %7zu  %12.2f  %9.2f  %11.2f (%2d x %8.2f)  %8.2f  %9.2f  %8.2f\n", r,
+                e.params / mib, e.optimizer / mib, e.activations / mib, e.slots, e.per_slot / mib,
+                e.messages / mib, (e.workspace + e.comm) / mib, e.total() / mib);
+  }
+  std::printf("  limit per rank (rank 0's): %.0f MiB (%s)\n", plan.memory_limit / mib,
+              plan.memory_source.c_str());
+}
+
 } // namespace
 
 Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
@@ -80,6 +97,9 @@ Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
   if (!v.ok) fatal("internal error: generated schedule is invalid: " + v.error);
   plan.peak_live = v.peak_live;
   plan.predicted = schedule::simulate(plan.schedule, schedule::Costs{1, 2, 1, 1, 0});
+  for (int r = 0; r < cfg.parallel.pp; ++r)
+    plan.memory.push_back(predict_memory(cfg, plan, r, layout.dp_node_size()));
+  plan.memory_limit = memory_limit(cfg, layout.world(), plan.memory_source);
   return plan;
 }
 
@@ -119,6 +139,7 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   std::printf("\n  backend: %s, precision %s, BLAS %s\n", name(cfg.device.kind),
               name(cfg.device.precision),
               cfg.device.kind == DeviceKind::cuda ? "cublas (managed memory)" : ops::blas_name());
+  print_memory(cfg, plan);
   std::fflush(stdout);
 }
 

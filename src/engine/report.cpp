@@ -1,5 +1,6 @@
 // What a step and the end of a run report: metrics.jsonl and rank 0's stdout.
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "schedule/schedule.hpp"
 #include "telemetry/summary.hpp"
 #include "util/errors.hpp"
+#include "util/memory_count.hpp"
 #include "util/test_hooks.hpp"
 
 namespace pt {
@@ -39,15 +41,19 @@ std::pair<double, double> bubble_of(const Run& run, const StepTimes& times) {
   return {1.0 - compute / p / span, schedule::simulate(run.plan.schedule, costs).mean_bubble};
 }
 
-// Bytes of the model, optimizer state and activations, the largest rank's.
-double memory_bytes(const Run& run) {
-  double mem = 0.0;
-  for (auto& c : run.chunks) mem += static_cast<double>(c->bytes());
-  for (auto& o : run.opts) mem += static_cast<double>(o->bytes());
-  mem += static_cast<double>(run.engine->activation_bytes());
-  run.watchdog.allreduce(&mem, 1, MPI_DOUBLE, MPI_MAX, run.layout.world(),
-                         "the step's memory metric");
-  return mem;
+// Memory so far, the largest rank's: measured (the peak of pipetrain's allocations), predicted
+// (the memory model) and the process's peak resident set.
+void memory_metrics(const Run& run, StepMetrics& sm) {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  double mem[3] = {static_cast<double>(memory_count::peak()),
+                   run.plan.memory[static_cast<std::size_t>(run.layout.coords().pp)].total(),
+                   static_cast<double>(ru.ru_maxrss) * 1024.0};
+  run.watchdog.allreduce(mem, 3, MPI_DOUBLE, MPI_MAX, run.layout.world(),
+                         "the step's memory metrics");
+  sm.mem_bytes = mem[0];
+  sm.mem_predicted_bytes = mem[1];
+  sm.mem_rss_bytes = mem[2];
 }
 
 // The dp reduction over the run and auto's measured choices (rank 0's group).
@@ -118,7 +124,7 @@ void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
   totals.comm.exposed_s += comm_t[0];
   totals.comm.busy_s += comm_t[1];
   totals.comm.buckets_early += s.comm.buckets_early;
-  sm.mem_bytes = memory_bytes(run);
+  memory_metrics(run, sm);
   sm.eta_s = totals.ema * (cfg.train.steps - step - 1);
   if (run.layout.rank() == 0) {
     const bool print = (step + 1) % cfg.log.every == 0 || step == 0 || step + 1 == cfg.train.steps;

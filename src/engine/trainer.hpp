@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "config/run_config.hpp"
+#include "engine/memory.hpp"
 #include "model/partition.hpp"
 #include "parallel/layout.hpp"
 #include "schedule/schedule.hpp"
@@ -21,6 +22,9 @@ struct Plan {
   schedule::Schedule schedule;
   std::vector<int> peak_live;     // per pp rank, from the validator
   schedule::Simulation predicted; // with T_F = 1, T_B = 2 (for the plan printout)
+  std::vector<MemoryEstimate> memory; // per pp rank (engine/memory.hpp)
+  double memory_limit = 0.0;          // bytes this rank may use
+  std::string memory_source;          // where that limit comes from
 };
 
 // Collective (partition = "time" profiles on every rank when `profile`). Throws

@@ -46,9 +46,11 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6e, "
                "\"tokens_per_s\": %.1f, \"step_time_s\": %.6f, \"tflops\": %.6f, \"mfu\": %.6f, "
                "\"bubble\": %.6f, \"bubble_predicted\": %.6f, \"mem_bytes\": %.0f, "
+               "\"mem_predicted_bytes\": %.0f, \"mem_rss_bytes\": %.0f, "
                "\"comm_exposed_s\": %.6f, \"comm_s\": %.6f}\n",
                m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_s, m.tflops, m.mfu,
-               m.bubble, m.bubble_predicted, m.mem_bytes, m.comm_exposed_s, m.comm_s);
+               m.bubble, m.bubble_predicted, m.mem_bytes, m.mem_predicted_bytes, m.mem_rss_bytes,
+               m.comm_exposed_s, m.comm_s);
   std::fflush(file_);
   if (!print) return;
   std::printf("step %6d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %8.0f tok/s | MFU %5.1f%% | "

@@ -20,7 +20,11 @@ struct StepMetrics {
   double mfu = 0.0;              // fraction of the measured peak
   double bubble = 0.0;           // measured idle / pipeline time, mean over pipeline ranks
   double bubble_predicted = 0.0; // the simulator's, from this step's measured action costs
+  // memory, the largest rank's: the peak of bytes live in pipetrain's allocations (measured),
+  // the memory model's estimate, and the process's peak resident set
   double mem_bytes = 0.0;
+  double mem_predicted_bytes = 0.0;
+  double mem_rss_bytes = 0.0;
   double eta_s = 0.0;
   // data-parallel gradient reduction (max over ranks): time the step waited for it after the
   // schedule (exposed) and time it ran in all (overlapped with the backward or not)

@@ -1,5 +1,6 @@
 // A zero-initialized array in a backend's memory: 64-byte aligned host memory by default, or
 // whatever a Memory allocates (kernels/backend.hpp: GPU managed memory). Movable, not copyable.
+// Its bytes count in memory_count (the measured memory).
 #pragma once
 
 #include <cstddef>
@@ -7,6 +8,8 @@
 #include <cstring>
 #include <memory>
 #include <new>
+
+#include "util/memory_count.hpp"
 
 namespace pt {
 
@@ -20,7 +23,7 @@ template <class T> class Buffer {
 public:
   Buffer() = default;
   explicit Buffer(std::size_t n, const Memory& mem = {})
-      : data_(nullptr, Free{mem.release}), n_(n) {
+      : data_(nullptr, Free{mem.release, (n * sizeof(T) + 63) / 64 * 64}), n_(n) {
     if (n == 0) return;
     const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
     void* p = nullptr;
@@ -32,6 +35,7 @@ public:
       std::memset(p, 0, bytes);
     }
     data_.reset(static_cast<T*>(p));
+    memory_count::add(bytes);
   }
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }
@@ -43,7 +47,9 @@ public:
 private:
   struct Free {
     void (*release)(void*) = nullptr;
+    std::size_t bytes = 0;
     void operator()(T* p) const {
+      memory_count::sub(bytes);
       if (release != nullptr) {
         release(p);
       } else {

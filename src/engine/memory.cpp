@@ -1,0 +1,225 @@
+#include "engine/memory.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <optional>
+#include <sstream>
+
+#include "comm/grad_sync.hpp"
+#include "comm/reducers.hpp"
+#include "comm/topology.hpp"
+#include "cuda/device_query.hpp"
+#include "engine/trainer.hpp"
+#include "model/partition.hpp"
+#include "parallel/layout.hpp"
+#include "util/errors.hpp"
+
+namespace pt {
+namespace {
+
+using schedule::Op;
+
+// Bytes of a Buffer of n floats (or int32): util/buffer.hpp rounds to 64.
+double buf(double n) {
+  return static_cast<double>((static_cast<std::size_t>(n) * 4 + 63) / 64 * 64);
+}
+
+// The shapes of one stage of this rank (gpt_stage.hpp's letters).
+struct Shape {
+  double B, T, C, Ct, NH, F, V, N;
+  explicit Shape(const RunConfig& cfg) {
+    const ModelConfig& m = cfg.model;
+    const double tp = cfg.parallel.tp;
+    B = cfg.train.micro_batch;
+    T = m.seq_len;
+    C = m.d_model;
+    Ct = C / tp;
+    NH = m.n_head / tp;
+    F = 4 * C / tp;
+    V = m.vocab_size / tp;
+    N = B * T;
+  }
+  // every activation of one block (GptStage::make_block_activations)
+  double block() const {
+    return 4 * buf(N * C) + 4 * buf(N) + buf(3 * N * Ct) + buf(B * NH * T * T) + buf(N * Ct) +
+           2 * buf(N * F) + buf(N * C);
+  }
+  // a block's stash of the backward-input half (GptStage::make_stash)
+  double block_stash() const { return buf(N * F) + 4 * buf(N * C) + buf(3 * N * Ct); }
+};
+
+// One micro-batch's activations of a stage (GptStage::make_activations).
+double slot_bytes(const Shape& s, const StageSpec& spec, Recompute rc) {
+  const int blocks = spec.layer_end - spec.layer_begin;
+  double per_block = s.block();
+  if (rc == Recompute::selective) per_block -= buf(s.B * s.NH * s.T * s.T);
+  if (rc == Recompute::full) per_block = buf(s.N * s.C);
+  double b = 2 * buf(s.N) + buf(s.N * s.C) + blocks * per_block;
+  if (spec.last) b += buf(s.N * s.C) + 3 * buf(s.N) + buf(s.N * s.V);
+  return b;
+}
+
+// The whole-stage stash of a split backward, or backward()'s one-block stash.
+double stash_bytes(const Shape& s, const StageSpec& spec, int blocks) {
+  return blocks * s.block_stash() + (spec.last ? 2 * buf(s.N * s.C) : 0.0) + buf(s.N * s.C);
+}
+
+// Floats of scratch the dp all-reduce keeps for a bucket of n floats over p ranks, g per node
+// (comm/allreduce.cpp): the power-of-two algorithms a copy of the bucket, ring one chunk, the
+// two-level ones a row's chunk (none inside one node's shared window, which MPI allocates).
+// auto's measurement runs every candidate and copies the bucket; it also keeps, while its
+// scratch grows from ring's chunk to the whole bucket, both (up to half a bucket more).
+double allreduce_scratch(const CommConfig& cc, bool measures, double n, int p, int g) {
+  if (measures) return 2.0 * n + n / p;
+  AllreduceAlgo algo = cc.allreduce.value_or(AllreduceAlgo::rabenseifner);
+  if (!cc.allreduce) { // auto by the model alone
+    try {
+      const Topology t = resolve_topology(name(cc.topology), cc.calibration, p / std::max(1, g));
+      algo = choose_algorithm(n * sizeof(float), p, g, t);
+    } catch (const Error&) { // a bad calibration file is reported when training starts
+    }
+  }
+  switch (algo) {
+  case AllreduceAlgo::mpi:
+    return 0.0;
+  case AllreduceAlgo::ring:
+    return n / p;
+  case AllreduceAlgo::recursive_doubling:
+  case AllreduceAlgo::rabenseifner:
+    return n;
+  case AllreduceAlgo::hierarchical:
+  case AllreduceAlgo::torus2d: {
+    const int c = two_level_row(algo, p, algo == AllreduceAlgo::hierarchical ? g : 0);
+    if (c == 0) return n;
+    if (algo == AllreduceAlgo::hierarchical && c == p) return 0.0; // one node: the window
+    return n / c;
+  }
+  }
+  return n;
+}
+
+} // namespace
+
+MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_rank,
+                              int dp_node_size) {
+  const ModelConfig& m = cfg.model;
+  const Shape s(cfg);
+  const schedule::Schedule& sched = plan.schedule;
+  const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
+  const Recompute rc = cfg.train.recompute;
+  MemoryEstimate e;
+  std::size_t largest_bucket = 0;
+  for (int c = 0; c < sched.v; ++c) {
+    const StageSpec spec = stage_spec(plan.layers, sched.stage_of(pp_rank, c));
+    const int blocks = spec.layer_end - spec.layer_begin;
+    const ParamLayout layout(m, spec, 0, cfg.parallel.tp);
+    const double P = buf(static_cast<double>(layout.total()));
+    e.params += 2 * P + (spec.last && m.tie_embeddings ? buf(s.V * s.C) : 0.0);
+    e.optimizer += 2 * P;
+    // the peak of live micro-batches of this chunk, and whether its backward is split
+    int live = 0, peak = 0;
+    bool split = false, fused = false;
+    for (const schedule::Action& a : actions) {
+      if (a.chunk != c) continue;
+      if (a.op == Op::F) peak = std::max(peak, ++live);
+      if (a.op == Op::B || a.op == Op::BW) --live;
+      split = split || a.op == Op::BI;
+      fused = fused || a.op == Op::B;
+    }
+    const double slot = slot_bytes(s, spec, rc) + (split ? stash_bytes(s, spec, blocks) : 0.0);
+    e.per_slot += slot;
+    e.slots = std::max(e.slots, peak);
+    e.activations += peak * slot;
+    e.workspace += buf(s.N * s.F) + buf(s.N * s.Ct) + buf(s.T * s.T) +
+                   (spec.last && cfg.parallel.tp > 1 ? 3 * buf(s.N) : 0.0) +
+                   (fused ? stash_bytes(s, spec, 1) : 0.0) +
+                   (rc == Recompute::selective ? buf(s.B * s.NH * s.T * s.T) : 0.0) +
+                   (rc == Recompute::full ? s.block() : 0.0);
+    if (cfg.parallel.dp > 1) {
+      const auto bucket_floats = static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0);
+      for (const GradBucket& k : make_buckets(layout, bucket_floats)) {
+        largest_bucket = std::max(largest_bucket, k.count);
+      }
+    }
+  }
+  // one buffer per receive and gradient send, host memory; on a GPU (MPI staging, untested
+  // here) the device holds a copy of each received gradient instead
+  const bool gpu = cfg.device.kind == DeviceKind::cuda;
+  for (const schedule::Action& a : actions) {
+    const bool host_msg = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_GRAD;
+    if (gpu ? a.op == Op::RECV_GRAD : host_msg) e.messages += buf(s.N * s.C);
+  }
+  if (cfg.parallel.dp > 1 && cfg.comm.overlap != Overlap::poll && !gpu) {
+    const bool measures = !cfg.comm.allreduce && cfg.comm.autotune && !cfg.runtime.deterministic;
+    e.comm =
+        sizeof(float) * allreduce_scratch(cfg.comm, measures, static_cast<double>(largest_bucket),
+                                          cfg.parallel.dp, dp_node_size);
+  }
+  return e;
+}
+
+double memory_limit(const RunConfig& cfg, MPI_Comm world, std::string& source) {
+  const int on_node = physical_node(world).second;
+  char text[160];
+  if (cfg.device.kind == DeviceKind::cuda) {
+    std::string why;
+    const int gpus = std::max(1, cuda::device_count(why));
+    const double gpu = cuda::device_memory_bytes(0);
+    const int sharing = (on_node + gpus - 1) / gpus; // ranks per GPU
+    std::snprintf(text, sizeof text, "GPU memory %.1f GiB / %d rank(s) on the GPU",
+                  gpu / 1073741824.0, sharing);
+    source = text;
+    return gpu / sharing;
+  }
+  double node = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const char* what = "node memory";
+  std::ifstream cg("/sys/fs/cgroup/memory.max"); // a job's cgroup (Slurm, containers)
+  double limit = 0.0;
+  if (cg >> limit && limit > 0.0 && limit < node) {
+    node = limit;
+    what = "the cgroup's memory.max";
+  }
+  std::snprintf(text, sizeof text, "%s %.1f GiB / %d rank(s) on the node", what,
+                node / 1073741824.0, on_node);
+  source = text;
+  return node / on_node;
+}
+
+void check_fit(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
+  const MemoryEstimate& e = plan.memory[static_cast<std::size_t>(layout.coords().pp)];
+  std::optional<Error> err;
+  if (e.total() > plan.memory_limit) {
+    const double gib = 1073741824.0;
+    std::ostringstream msg;
+    msg << std::fixed << std::setprecision(2);
+    msg << "the layout does not fit in memory: pipeline rank " << layout.coords().pp
+        << " needs about " << e.total() / gib << " GiB per rank (parameters and gradients "
+        << e.params / gib << ", optimizer state " << e.optimizer / gib << ", activations "
+        << e.activations / gib << " for " << e.slots << " live micro-batch(es), pipeline buffers "
+        << e.messages / gib << ", workspace " << (e.workspace + e.comm) / gib
+        << " GiB), and a rank has " << plan.memory_limit / gib << " GiB (" << plan.memory_source
+        << ").\n---> HINT: to fit, ";
+    const double state = e.params + e.optimizer;
+    if (state >= e.activations) {
+      msg << "split the model over more ranks: its parameters, gradients and optimizer state "
+             "alone need "
+          << std::setprecision(0) << std::ceil(state / plan.memory_limit)
+          << " times this rank's share, so a parallel.pp or parallel.tp that many times larger";
+    } else {
+      msg << "cut the activations: "
+          << (cfg.train.recompute != Recompute::full ? "train.recompute = \"full\", " : "")
+          << "a smaller train.micro_batch, or a larger parallel.pp or parallel.tp";
+    }
+    msg << "; docs/memory.md";
+    err = input_error(msg.str());
+  }
+  agree(layout.world(), err);
+}
+
+} // namespace pt
