@@ -182,6 +182,31 @@ void rabenseifner_allreduce(float* buf, std::size_t n, const ReduceComm& c,
   });
 }
 
+// Pairwise exchanges: in step s rank r sends to r+s and receives from r-s (mod p).
+void reduce_scatter_blocks(const float* in, float* out, std::size_t each, const ReduceComm& c,
+                           CountedVector<float>& tmp) {
+  const int p = c.size, r = c.rank;
+  const auto block = [each](int k) { return static_cast<std::size_t>(k) * each; };
+  if (tmp.size() < block(p)) tmp.resize(block(p));
+  std::copy(in + block(r), in + block(r + 1), tmp.begin() + static_cast<std::ptrdiff_t>(block(r)));
+  for (int s = 1; s < p; ++s) {
+    const int to = (r + s) % p, from = (r + p - s) % p;
+    c.exchange(in + block(to), each, to, tmp.data() + block(from), each, from);
+  }
+  std::copy(tmp.begin(), tmp.begin() + static_cast<std::ptrdiff_t>(each), out);
+  for (int k = 1; k < p; ++k) add(out, tmp.data() + block(k), each);
+}
+
+void all_gather_blocks(const float* mine, float* out, std::size_t each, const ReduceComm& c) {
+  const int p = c.size, r = c.rank;
+  const auto block = [each](int k) { return static_cast<std::size_t>(k) * each; };
+  if (mine != out + block(r)) std::copy(mine, mine + each, out + block(r));
+  for (int s = 1; s < p; ++s) {
+    const int to = (r + s) % p, from = (r + p - s) % p;
+    c.exchange(mine, each, to, out + block(from), each, from);
+  }
+}
+
 AllreduceAlgo auto_pick(const std::vector<std::pair<AllreduceAlgo, double>>& seconds,
                         AllreduceAlgo model) {
   if (seconds.empty()) return model;

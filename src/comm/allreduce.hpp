@@ -50,6 +50,14 @@ void recursive_doubling_allreduce(float* buf, std::size_t n, const ReduceComm& c
 void rabenseifner_allreduce(float* buf, std::size_t n, const ReduceComm& c,
                             CountedVector<float>& tmp);
 
+// ZeRO-1's collectives (comm/zero.hpp), on p blocks of `each` floats. reduce_scatter_blocks:
+// rank r gets block r of `in` summed over every rank, into out (each floats), always in rank
+// order 0, 1, ..., p-1, so an element's sum does not depend on where it sits; tmp is scratch.
+// all_gather_blocks: block k of out (p * each floats) gets rank k's `mine`.
+void reduce_scatter_blocks(const float* in, float* out, std::size_t each, const ReduceComm& c,
+                           CountedVector<float>& tmp);
+void all_gather_blocks(const float* mine, float* out, std::size_t each, const ReduceComm& c);
+
 struct AllreduceOptions {
   std::optional<AllreduceAlgo> algo; // nullopt: auto
   int node_size = 0;                 // ranks per node, consecutive ranks; 0 or 1: one per node

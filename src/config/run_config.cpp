@@ -23,7 +23,7 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
       {"model", {"n_layer", "n_head", "d_model", "seq_len", "vocab_size", "tie_embeddings"}},
       {"parallel",
        {"pp", "dp", "tp", "virtual_stages", "schedule", "micro_batches", "partition",
-        "allow_tp_across_nodes"}},
+        "allow_tp_across_nodes", "zero"}},
       {"train",
        {"steps", "global_batch", "micro_batch", "lr", "min_lr", "warmup_steps", "weight_decay",
         "grad_clip", "beta1", "beta2", "eps", "seed", "recompute"}},
@@ -255,6 +255,30 @@ private:
   std::set<std::string> overridden_;
 };
 
+// Whether s is well-formed UTF-8: no stray continuation byte, no overlong form, no surrogate,
+// nothing past U+10FFFF.
+bool is_utf8(const std::string& s) {
+  static constexpr std::uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000}; // by sequence length
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t len = c < 0x80           ? 1
+                            : (c >> 5) == 0x6  ? 2
+                            : (c >> 4) == 0xE  ? 3
+                            : (c >> 3) == 0x1E ? 4
+                                               : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    std::uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 0x2) return false;
+      cp = (cp << 6) | (d & 0x3Fu);
+    }
+    if (cp < kLeast[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
 // "section.key=value" -> (section, key, parsed value). A value that is not valid TOML is taken as
 // a bare string, so data.path=data/x.bin needs no quotes.
 void apply_override(toml::table& root, const std::string& arg, std::set<std::string>& overridden) {
@@ -294,6 +318,12 @@ void apply_override(toml::table& root, const std::string& arg, std::set<std::str
   if (is_toml && parsed.get("v") != nullptr) {
     parsed.get("v")->visit([&](auto&& v) { s->as_table()->insert_or_assign(key, v); });
   } else {
+    if (!is_utf8(text)) {
+      throw input_error("command-line override " + name +
+                        " = a value that is not UTF-8 text: a deck is UTF-8 (TOML), so the "
+                        "resolved deck pipetrain prints and saves could not hold it; give a UTF-8 "
+                        "value (for a path: rename the file)");
+    }
     s->as_table()->insert_or_assign(key, text);
   }
   overridden.insert(name);
@@ -468,6 +498,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   const int pp = c.parallel.pp;
   const int tp = c.parallel.tp;
   c.parallel.allow_tp_across_nodes = r.get_bool("parallel", "allow_tp_across_nodes", false);
+  c.parallel.zero = static_cast<int>(r.get_int("parallel", "zero", 0, 0, 1));
   if (c.model.vocab_size % tp != 0) {
     r.fail("parallel", "tp",
            "= " + std::to_string(tp) +
@@ -512,6 +543,17 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
                " is not divisible by dp * micro_batch = " + std::to_string(dp) + " * " +
                std::to_string(c.train.micro_batch) + ": make global_batch a multiple of " +
                std::to_string(per_step));
+  }
+  if (c.parallel.zero == 1 && c.device.kind == DeviceKind::cuda) {
+    r.fail("parallel", "zero",
+           "= 1 runs on the host backend only so far (the CUDA backend's sharded update is not "
+           "written); use parallel.zero = 0 with device.kind = \"cuda\"");
+  }
+  if (c.parallel.zero == 1 && c.comm.overlap != Overlap::none) {
+    r.fail("parallel", "zero",
+           "= 1 reduce-scatters the gradients after the schedule, so comm.overlap = \"" +
+               std::string(name(c.comm.overlap)) +
+               "\" cannot apply; use comm.overlap = \"none\" with parallel.zero = 1");
   }
   if (c.device.kind == DeviceKind::host && c.comm.gpu_collectives == GpuTransport::nccl) {
     r.fail("comm", "gpu_collectives",

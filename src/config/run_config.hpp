@@ -30,6 +30,7 @@ struct ParallelConfig {
   PartitionKind partition = PartitionKind::uniform;
   std::vector<int> partition_layers;  // explicit_layers: the deck's list
   bool allow_tp_across_nodes = false; // a tp group spanning nodes is an error unless set
+  int zero = 0; // 1: ZeRO-1, AdamW's state and update sharded over dp (docs/memory.md)
 };
 
 struct TrainConfig {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -24,6 +25,10 @@ namespace pt {
 namespace {
 
 using schedule::Op;
+
+// The share of a node's (or GPU's) memory the ranks may plan to fill; the rest is for the OS,
+// MPI, BLAS, CUDA and what the memory model does not count (docs/memory.md).
+constexpr double kUsable = 0.9;
 
 // Bytes of a Buffer of n floats (or int32): util/buffer.hpp rounds to 64.
 double buf(double n) {
@@ -114,14 +119,26 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
   const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
   const Recompute rc = cfg.train.recompute;
   MemoryEstimate e;
-  std::size_t largest_bucket = 0;
+  std::size_t largest_bucket = 0, zero_widest = 0;
   for (int c = 0; c < sched.v; ++c) {
     const StageSpec spec = stage_spec(plan.layers, sched.stage_of(pp_rank, c));
     const int blocks = spec.layer_end - spec.layer_begin;
     const ParamLayout layout(m, spec, 0, cfg.parallel.tp);
     const double P = buf(static_cast<double>(layout.total()));
     e.params += 2 * P + (spec.last && m.tie_embeddings ? buf(s.V * s.C) : 0.0);
-    e.optimizer += 2 * P;
+    const auto bucket_floats = static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0);
+    if (cfg.parallel.zero == 1) { // comm/zero.hpp: this rank's blocks of every padded bucket
+      const auto dp = static_cast<std::size_t>(cfg.parallel.dp);
+      std::size_t shard = 0;
+      for (const GradBucket& k : make_buckets(layout, bucket_floats)) {
+        shard += (k.count + dp - 1) / dp;
+        zero_widest = std::max(zero_widest, (k.count + dp - 1) / dp * dp);
+      }
+      e.optimizer += 2 * buf(static_cast<double>(shard));
+      e.comm += buf(static_cast<double>(shard)); // the summed gradients of the blocks
+    } else {
+      e.optimizer += 2 * P;
+    }
     // the peak of live micro-batches of this chunk, and whether its backward is split
     int live = 0, peak = 0;
     bool split = false, fused = false;
@@ -142,7 +159,6 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
                    (rc == Recompute::selective ? buf(s.B * s.NH * s.T * s.T) : 0.0) +
                    (rc == Recompute::full ? s.block() : 0.0);
     if (cfg.parallel.dp > 1) {
-      const auto bucket_floats = static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0);
       for (const GradBucket& k : make_buckets(layout, bucket_floats)) {
         largest_bucket = std::max(largest_bucket, k.count);
       }
@@ -155,7 +171,9 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     const bool host_msg = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_GRAD;
     if (gpu ? a.op == Op::RECV_GRAD : host_msg) e.messages += buf(s.N * s.C);
   }
-  if (cfg.parallel.dp > 1 && cfg.comm.overlap != Overlap::poll && !gpu) {
+  // ZeRO-1: a padded bucket and the exchange's scratch; else the dp all-reduce's scratch
+  e.comm += 2.0 * sizeof(float) * static_cast<double>(zero_widest);
+  if (cfg.parallel.zero == 0 && cfg.parallel.dp > 1 && cfg.comm.overlap != Overlap::poll && !gpu) {
     const bool measures = !cfg.comm.allreduce && cfg.comm.autotune && !cfg.runtime.deterministic;
     e.comm =
         sizeof(float) * allreduce_scratch(cfg.comm, measures, static_cast<double>(largest_bucket),
@@ -171,11 +189,15 @@ double memory_limit(const RunConfig& cfg, MPI_Comm world, std::string& source) {
     std::string why;
     const int gpus = std::max(1, cuda::device_count(why));
     const double gpu = cuda::device_memory_bytes(0);
+    if (gpu <= 0.0) { // no usable GPU: opening the backend says why
+      source = "no GPU to measure: not checked";
+      return std::numeric_limits<double>::infinity();
+    }
     const int sharing = (on_node + gpus - 1) / gpus; // ranks per GPU
-    std::snprintf(text, sizeof text, "GPU memory %.1f GiB / %d rank(s) on the GPU",
+    std::snprintf(text, sizeof text, "90%% of GPU memory %.1f GiB / %d rank(s) on the GPU",
                   gpu / 1073741824.0, sharing);
     source = text;
-    return gpu / sharing;
+    return kUsable * gpu / sharing;
   }
   double node = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   const char* what = "node memory";
@@ -185,10 +207,10 @@ double memory_limit(const RunConfig& cfg, MPI_Comm world, std::string& source) {
     node = limit;
     what = "the cgroup's memory.max";
   }
-  std::snprintf(text, sizeof text, "%s %.1f GiB / %d rank(s) on the node", what,
+  std::snprintf(text, sizeof text, "90%% of %s %.1f GiB / %d rank(s) on the node", what,
                 node / 1073741824.0, on_node);
   source = text;
-  return node / on_node;
+  return kUsable * node / on_node;
 }
 
 void check_fit(const RunConfig& cfg, const Layout& layout, const Plan& plan) {

@@ -24,7 +24,7 @@ struct MemoryEstimate {
   int slots = 0;          // activation slots: the schedule's peak live micro-batches
   double messages = 0.0;  // pipeline receive and send buffers
   double workspace = 0.0; // backward scratch, recompute's working set
-  double comm = 0.0;      // the dp all-reduce's scratch for the largest bucket
+  double comm = 0.0;      // dp reduction scratch (ZeRO-1: the shard gradients, 2 buckets)
   double total() const { return params + optimizer + activations + messages + workspace + comm; }
 };
 
@@ -33,9 +33,9 @@ struct MemoryEstimate {
 MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_rank,
                               int dp_node_size);
 
-// The bytes this rank may use: its node's memory (or the cgroup's limit, when lower) shared by
-// the ranks on the node, or with device.kind = "cuda" its GPU's memory shared by the ranks on
-// it; `source` says which. Collective over `world` (the ranks of each physical node).
+// The bytes this rank may use: 90% of its node's memory (or of the cgroup's limit, when lower)
+// shared by the ranks on the node, or with device.kind = "cuda" 90% of its GPU's memory shared
+// by the ranks on it; `source` says which. Collective over `world`.
 double memory_limit(const RunConfig& cfg, MPI_Comm world, std::string& source);
 
 // Collective: throws pt::Error(bad_input) on every rank when any rank's estimate exceeds its

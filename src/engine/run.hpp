@@ -12,6 +12,7 @@
 #include "comm/grad_sync.hpp"
 #include "comm/group_reducer.hpp"
 #include "comm/watchdog.hpp"
+#include "comm/zero.hpp"
 #include "data/sampler.hpp"
 #include "data/token_file.hpp"
 #include "engine/pipeline.hpp"
@@ -61,8 +62,10 @@ struct Run {
   std::vector<NormTensors> norm_tensors; // per chunk
   std::unique_ptr<PipelineEngine> engine;
   std::vector<std::unique_ptr<GradSync>> syncs; // per chunk; none without data parallelism
-  double peak_flops = 0.0;                      // every rank's measured GEMM rate, summed
-  int replicas_checked = 0;                     // test hook check_tp_replicas
+  // parallel.zero = 1: per chunk, its ZeRO-1 shard (in place of opts and syncs)
+  std::vector<std::unique_ptr<ZeroShard>> zero;
+  double peak_flops = 0.0;  // every rank's measured GEMM rate, summed
+  int replicas_checked = 0; // test hook check_tp_replicas
 };
 
 struct StepResult {

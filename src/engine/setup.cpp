@@ -158,11 +158,17 @@ void make_chunks(Run& run) {
   }
   for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
     const TpGroup tp{layout.coords().tp, layout.tp(), run.tp_reduce.get()};
-    run.chunks.push_back(std::make_unique<GptStage>(
-        cfg.model, stage_spec(run.plan.layers, c * p + me), cfg.train.micro_batch, tp, run.be,
-        cfg.train.recompute));
+    run.chunks.push_back(
+        std::make_unique<GptStage>(cfg.model, stage_spec(run.plan.layers, c * p + me),
+                                   cfg.train.micro_batch, tp, run.be, cfg.train.recompute));
     run.chunks.back()->init_parameters(cfg.train.seed);
-    run.opts.push_back(std::make_unique<AdamW>(run.chunks.back()->layout(), cfg.train, run.be));
+    if (cfg.parallel.zero == 1) {
+      run.zero.push_back(std::make_unique<ZeroShard>(
+          run.chunks.back()->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0),
+          layout.dp_comm(), run.watchdog, cfg.train));
+    } else {
+      run.opts.push_back(std::make_unique<AdamW>(run.chunks.back()->layout(), cfg.train, run.be));
+    }
   }
   for (std::size_t i = 0; i < run.whole.tensors().size(); ++i) {
     run.tensor_index[run.whole.tensors()[i].name] = i;
@@ -215,7 +221,7 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
       std::make_unique<PipelineEngine>(cfg, layout, plan.schedule, chunks, watchdog,
                                        nccl_p2p ? make_nccl_links(plan.schedule, layout)
                                                 : std::vector<std::unique_ptr<cuda::NcclLink>>{});
-  syncs = make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
+  if (cfg.parallel.zero == 0) syncs = make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
   std::vector<GradSync*> raw;
   for (const auto& s : syncs) raw.push_back(s.get());
   engine->set_grad_sync(raw);

@@ -39,19 +39,35 @@ void check_replicated_grads(std::vector<std::unique_ptr<GptStage>>& chunks, cons
   checked = count;
 }
 
+// The tied embedding's gradient summed over its two stages (on this rank's full gradients).
+void sum_tied_embedding(Run& run) {
+  if (!run.embedding_reduce) return;
+  const int v = run.cfg.parallel.virtual_stages;
+  GptStage& edge = *run.chunks[run.layout.coords().pp == 0 ? 0 : static_cast<std::size_t>(v - 1)];
+  const ParamTensor& wte = edge.layout().at("wte");
+  run.embedding_reduce->sum(edge.grads() + wte.offset, wte.size);
+}
+
+// ZeRO-1: the tied embedding is summed over its stages first, so that both stages' shards of it
+// then hold the same sums; then every chunk's buckets are reduce-scattered over dp.
+void finish_gradients_zero(Run& run, GradSyncStats& comm) {
+  const double t0 = MPI_Wtime();
+  for (auto& c : run.chunks) c->fold_tied_head_grad();
+  sum_tied_embedding(run);
+  for (std::size_t c = 0; c < run.chunks.size(); ++c) run.zero[c]->reduce(run.chunks[c]->grads());
+  comm.exposed_s += MPI_Wtime() - t0;
+  comm.busy_s += MPI_Wtime() - t0;
+}
+
 // Gradients after the schedule: the tied head's share folded into the embedding, the
 // data-parallel sum (buckets not yet started), the tied embedding summed over its two stages.
 void finish_gradients(Run& run, GradSyncStats& comm) {
+  if (!run.zero.empty()) return finish_gradients_zero(run, comm);
   for (std::size_t c = 0; c < run.chunks.size(); ++c) {
     run.chunks[c]->fold_tied_head_grad();
     if (!run.syncs.empty()) run.syncs[c]->finish(comm);
   }
-  if (run.embedding_reduce) {
-    const int v = run.cfg.parallel.virtual_stages;
-    GptStage& edge = *run.chunks[run.layout.coords().pp == 0 ? 0 : static_cast<std::size_t>(v - 1)];
-    const ParamTensor& wte = edge.layout().at("wte");
-    run.embedding_reduce->sum(edge.grads() + wte.offset, wte.size);
-  }
+  sum_tied_embedding(run);
 }
 
 // The mean loss over the global batch on every rank: the last pipeline rank's sum over its
@@ -72,11 +88,27 @@ double grad_norm(Run& run) {
   std::vector<double> sq(run.whole.tensors().size(), 0.0);
   for (std::size_t k = 0; k < run.chunks.size(); ++k) {
     NormTensors& nt = run.norm_tensors[k];
+    if (!run.zero.empty()) { // ZeRO-1: this rank's blocks of each tensor, summed over dp below
+      const GptStage& chunk = *run.chunks[k];
+      for (const ZeroShard::Piece& piece : run.zero[k]->pieces()) {
+        const ParamTensor& t = chunk.layout().tensors()[piece.tensor];
+        if (!chunk.counts_in_norm(t)) continue;
+        const float* g = run.zero[k]->shard_grads() + piece.shard_offset;
+        double s = 0.0;
+        for (std::size_t i = 0; i < piece.size; ++i) s += static_cast<double>(g[i]) * g[i];
+        sq[run.tensor_index.at(t.name)] += s;
+      }
+      continue;
+    }
     run.be.sum_squares_each(nt.sums.data(), run.chunks[k]->grads(), nt.offset.data(),
                             nt.size.data(), static_cast<int>(nt.index.size()));
     for (std::size_t i = 0; i < nt.index.size(); ++i) sq[nt.index[i]] = nt.sums[i];
   }
   const int count = static_cast<int>(sq.size());
+  if (!run.zero.empty() && layout.dp() > 1) {
+    run.watchdog.allreduce(sq.data(), count, MPI_DOUBLE, MPI_SUM, layout.dp_comm(),
+                           "the gradient-norm all-reduce (ZeRO-1, dp)");
+  }
   if (layout.tp() > 1) {
     run.watchdog.allreduce(sq.data(), count, MPI_DOUBLE, MPI_SUM, layout.tp_comm(),
                            "the gradient-norm all-reduce (tp)");
@@ -119,7 +151,11 @@ StepResult train_step(Run& run, int step, const Sampler& sampler) {
   }
   r.lr = learning_rate(t, step);
   for (std::size_t c = 0; c < run.chunks.size(); ++c) {
-    run.opts[c]->step(run.chunks[c]->params(), run.chunks[c]->grads(), r.lr, grad_scale);
+    if (!run.zero.empty()) {
+      run.zero[c]->step(run.chunks[c]->params(), r.lr, grad_scale);
+    } else {
+      run.opts[c]->step(run.chunks[c]->params(), run.chunks[c]->grads(), r.lr, grad_scale);
+    }
   }
   r.seconds = MPI_Wtime() - t0;
   return r;

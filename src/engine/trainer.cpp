@@ -37,11 +37,27 @@ struct Checkpoints {
   Shards shards;
   TrainState state;
 
+  // ZeRO-1: files hold the whole moments; they are gathered from (or scattered to) the shards
+  // through whole-size optimizers that exist only while a checkpoint is written or read.
+  std::vector<std::unique_ptr<AdamW>> whole_state() {
+    std::vector<std::unique_ptr<AdamW>> opts;
+    for (auto& c : run.chunks) opts.push_back(std::make_unique<AdamW>(c->layout(), run.cfg.train));
+    return opts;
+  }
+
   // Steps done before this run (checkpoint.resume), printed when resumed.
   int resume() {
     const double t0 = MPI_Wtime();
     std::string from;
-    if (pt::resume(run.cfg, run.layout, shards, state, from) && run.layout.rank() == 0) {
+    const CheckpointConfig& ck = run.cfg.checkpoint;
+    const bool may_read = ck.enabled && ck.resume != "none";
+    std::vector<std::unique_ptr<AdamW>> whole;
+    if (!run.zero.empty() && may_read) whole = whole_state();
+    const bool resumed = pt::resume(
+        run.cfg, run.layout, run.zero.empty() ? shards : Shards{run.chunks, whole}, state, from);
+    for (std::size_t c = 0; resumed && c < run.zero.size(); ++c)
+      run.zero[c]->scatter_state(*whole[c]);
+    if (resumed && run.layout.rank() == 0) {
       std::printf("resumed from %s (read in %.2f s): %d of %d steps done\n", from.c_str(),
                   MPI_Wtime() - t0, state.step, run.cfg.train.steps);
       std::fflush(stdout);
@@ -55,7 +71,12 @@ struct Checkpoints {
         static_cast<long long>(steps_done) * run.cfg.train.global_batch * run.cfg.model.seq_len;
     state.lr = lr;
     const double t0 = MPI_Wtime();
-    const std::string path = write_checkpoint(run.cfg, run.layout, shards, run.plan.layers, state);
+    std::vector<std::unique_ptr<AdamW>> whole =
+        run.zero.empty() ? decltype(whole)() : whole_state();
+    for (std::size_t c = 0; c < run.zero.size(); ++c) run.zero[c]->gather_state(*whole[c]);
+    const std::string path =
+        write_checkpoint(run.cfg, run.layout, run.zero.empty() ? shards : Shards{run.chunks, whole},
+                         run.plan.layers, state);
     if (run.layout.rank() == 0) {
       std::printf("checkpoint %s written in %.2f s\n", path.c_str(), MPI_Wtime() - t0);
       std::fflush(stdout);

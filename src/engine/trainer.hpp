@@ -20,8 +20,8 @@ struct Plan {
   std::string cost_unit;
   std::vector<int> layers; // per virtual stage
   schedule::Schedule schedule;
-  std::vector<int> peak_live;     // per pp rank, from the validator
-  schedule::Simulation predicted; // with T_F = 1, T_B = 2 (for the plan printout)
+  std::vector<int> peak_live;         // per pp rank, from the validator
+  schedule::Simulation predicted;     // with T_F = 1, T_B = 2 (for the plan printout)
   std::vector<MemoryEstimate> memory; // per pp rank (engine/memory.hpp)
   double memory_limit = 0.0;          // bytes this rank may use
   std::string memory_source;          // where that limit comes from

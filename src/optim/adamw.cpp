@@ -1,13 +1,28 @@
 #include "optim/adamw.hpp"
 
 #include <cmath>
+#include <utility>
 
 namespace pt {
 
+namespace {
+
+std::vector<AdamSegment> tensor_segments(const ParamLayout& layout) {
+  std::vector<AdamSegment> out;
+  for (const auto& t : layout.tensors()) out.push_back({t.offset, t.offset, t.size, t.decay});
+  return out;
+}
+
+} // namespace
+
 AdamW::AdamW(const ParamLayout& layout, const TrainConfig& t, const Backend& backend)
-    : layout_(layout), be_(backend), beta1_(t.beta1), beta2_(t.beta2), eps_(t.eps),
-      weight_decay_(t.weight_decay), m_(layout.total(), Memory{backend.alloc, backend.release}),
-      v_(layout.total(), Memory{backend.alloc, backend.release}) {}
+    : AdamW(tensor_segments(layout), layout.total(), t, backend) {}
+
+AdamW::AdamW(std::vector<AdamSegment> segments, std::size_t state_size, const TrainConfig& t,
+             const Backend& backend)
+    : segments_(std::move(segments)), be_(backend), beta1_(t.beta1), beta2_(t.beta2), eps_(t.eps),
+      weight_decay_(t.weight_decay), m_(state_size, Memory{backend.alloc, backend.release}),
+      v_(state_size, Memory{backend.alloc, backend.release}) {}
 
 void AdamW::step(float* params, const float* grads, double lr, float grad_scale) {
   ++t_;
@@ -19,10 +34,10 @@ void AdamW::step(float* params, const float* grads, double lr, float grad_scale)
   s.grad_scale = grad_scale;
   s.beta1_t = std::pow(beta1_, t_);
   s.beta2_t = std::pow(beta2_, t_);
-  for (const auto& tensor : layout_.tensors()) {
-    s.weight_decay = tensor.decay ? static_cast<float>(weight_decay_) : 0.0f;
-    be_.adamw_update(params + tensor.offset, m_.data() + tensor.offset, v_.data() + tensor.offset,
-                     grads + tensor.offset, tensor.size, s);
+  for (const AdamSegment& g : segments_) {
+    s.weight_decay = g.decay ? static_cast<float>(weight_decay_) : 0.0f;
+    be_.adamw_update(params + g.param_offset, m_.data() + g.state_offset,
+                     v_.data() + g.state_offset, grads + g.state_offset, g.size, s);
   }
   be_.synchronize();
 }

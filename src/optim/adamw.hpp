@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "backend.hpp"
 #include "config/run_config.hpp"
@@ -11,23 +12,36 @@
 
 namespace pt {
 
+// A run of parameters AdamW updates together: params[param_offset, +size) with the moments and
+// gradients at [state_offset, +size); decay: weight decay applies.
+struct AdamSegment {
+  std::size_t param_offset = 0, state_offset = 0, size = 0;
+  bool decay = false;
+};
+
 class AdamW {
 public:
-  // The moments live in `backend`'s memory, next to the parameters they update.
+  // The moments live in `backend`'s memory, next to the parameters they update. Every tensor of
+  // the layout, its moments and gradients at its own offset.
   AdamW(const ParamLayout& layout, const TrainConfig& t, const Backend& backend = host_backend());
+  // The given segments only, with moments of state_size floats (ZeRO-1: this rank's shard).
+  AdamW(std::vector<AdamSegment> segments, std::size_t state_size, const TrainConfig& t,
+        const Backend& backend = host_backend());
 
-  // One update with learning rate `lr`; grads are multiplied by grad_scale first (clipping).
-  // Finished when it returns.
+  // One update with learning rate `lr`; grads (indexed like the moments) are multiplied by
+  // grad_scale first (clipping). Finished when it returns.
   void step(float* params, const float* grads, double lr, float grad_scale);
 
   int updates() const { return t_; }  // updates applied so far
   void set_updates(int t) { t_ = t; } // after loading a checkpoint
   float* m() { return m_.data(); }
   float* v() { return v_.data(); }
+  const float* m() const { return m_.data(); }
+  const float* v() const { return v_.data(); }
   std::size_t bytes() const { return m_.bytes() + v_.bytes(); }
 
 private:
-  const ParamLayout& layout_;
+  std::vector<AdamSegment> segments_;
   const Backend& be_;
   double beta1_, beta2_, eps_, weight_decay_;
   FloatBuffer m_, v_;

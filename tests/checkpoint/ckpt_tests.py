@@ -4,6 +4,7 @@
   ckpt_tests.py --exe PIPETRAIN --launch "MPIEXEC -n" --data TOKENS --work DIR SCENARIO [ARGS]
 
 Scenarios (each exits 0 on success, prints what it compared):
+  (a layout is PP,DP,TP or PP,DP,TP,ZERO: parallel.zero = 1 with a fourth field of 1)
   bitexact PP,DP,TP     10 steps straight == 5 steps, stop (exit_after_steps), resume 5: identical
                         losses and parameter bytes
   reshard FROM TO       a step-5 checkpoint written by layout FROM continues on layout TO; losses
@@ -39,8 +40,10 @@ STEPS = 10
 
 
 def layout_args(lay):
-    pp, dp, tp = (int(x) for x in lay.split(","))
-    return pp * dp * tp, [f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.tp={tp}"]
+    """PP,DP,TP[,ZERO] -> rank count and overrides."""
+    pp, dp, tp, *zero = (int(x) for x in lay.split(","))
+    return pp * dp * tp, [f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.tp={tp}",
+                          f"parallel.zero={zero[0] if zero else 0}"]
 
 
 class Runner:

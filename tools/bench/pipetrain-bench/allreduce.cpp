@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "comm/allreduce.hpp"
-#include "pipetrain-bench/common.hpp"
+#include "common.hpp"
 #include "util/errors.hpp"
 
 namespace bench {

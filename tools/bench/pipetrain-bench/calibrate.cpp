@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "comm/topology.hpp"
-#include "pipetrain-bench/common.hpp"
+#include "common.hpp"
 #include "util/errors.hpp"
 
 namespace bench {

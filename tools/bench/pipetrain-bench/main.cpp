@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "pipetrain-bench/common.hpp"
+#include "common.hpp"
 #include "util/errors.hpp"
 
 namespace bench {

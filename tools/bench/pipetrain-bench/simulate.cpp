@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "comm/topology.hpp"
-#include "pipetrain-bench/common.hpp"
+#include "common.hpp"
 
 namespace bench {
 

@@ -1,0 +1,98 @@
+#include "comm/zero.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "comm/grad_sync.hpp"
+
+namespace pt {
+
+ZeroShard::ZeroShard(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
+                     const Watchdog& watchdog, const TrainConfig& t)
+    : comm_(dp, watchdog, what_) {
+  const auto p = static_cast<std::size_t>(comm_.size);
+  std::size_t shard = 0, widest = 0;
+  for (const GradBucket& k : make_buckets(layout, bucket_floats)) {
+    Bucket b{k.offset, k.count, (k.count + p - 1) / p, shard};
+    shard += b.each;
+    widest = std::max(widest, b.each * p);
+    buckets_.push_back(b);
+  }
+  // AdamW's segments: this rank's blocks cut at tensor boundaries (alignment gaps skipped)
+  std::vector<AdamSegment> segments;
+  const std::vector<ParamTensor>& tensors = layout.tensors();
+  for (const Bucket& b : buckets_) {
+    const std::size_t lo = block_begin(b), hi = block_end(b);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const std::size_t a = std::max(lo, tensors[i].offset);
+      const std::size_t e = std::min(hi, tensors[i].offset + tensors[i].size);
+      if (a >= e) continue;
+      const std::size_t at = b.shard_offset + (a - (b.offset + b.each * comm_.rank));
+      segments.push_back({a, at, e - a, tensors[i].decay});
+      pieces_.push_back({i, at, e - a});
+    }
+  }
+  grads_ = FloatBuffer(shard);
+  opt_ = std::make_unique<AdamW>(std::move(segments), shard, t);
+  padded_.resize(widest);
+}
+
+std::size_t ZeroShard::block_begin(const Bucket& b) const {
+  return b.offset + std::min(b.count, b.each * static_cast<std::size_t>(comm_.rank));
+}
+
+std::size_t ZeroShard::block_end(const Bucket& b) const {
+  return b.offset + std::min(b.count, b.each * static_cast<std::size_t>(comm_.rank + 1));
+}
+
+void ZeroShard::reduce(const float* grads) {
+  for (const Bucket& b : buckets_) {
+    std::copy(grads + b.offset, grads + b.offset + b.count, padded_.begin());
+    std::fill(padded_.begin() + static_cast<std::ptrdiff_t>(b.count),
+              padded_.begin() + static_cast<std::ptrdiff_t>(b.each * comm_.size), 0.0f);
+    reduce_scatter_blocks(padded_.data(), grads_.data() + b.shard_offset, b.each, comm_, tmp_);
+  }
+}
+
+// Every rank's block of each bucket from `shard` (laid out as the shard buffers) into `flat`.
+void ZeroShard::gather(const float* shard, float* flat) {
+  for (const Bucket& b : buckets_) {
+    all_gather_blocks(shard + b.shard_offset, padded_.data(), b.each, comm_);
+    std::copy(padded_.begin(), padded_.begin() + static_cast<std::ptrdiff_t>(b.count),
+              flat + b.offset);
+  }
+}
+
+void ZeroShard::step(float* params, double lr, float grad_scale) {
+  opt_->step(params, grads_.data(), lr, grad_scale);
+  // this rank's updated blocks, laid out as the shard (the moments' scratch is free to reuse:
+  // the gradient buffer, whose sums the update has consumed)
+  for (const Bucket& b : buckets_) {
+    const std::size_t lo = block_begin(b), hi = block_end(b);
+    float* mine = grads_.data() + b.shard_offset;
+    std::copy(params + lo, params + hi, mine);
+    std::fill(mine + (hi - lo), mine + b.each, 0.0f);
+  }
+  gather(grads_.data(), params);
+}
+
+void ZeroShard::gather_state(AdamW& full) {
+  gather(opt_->m(), full.m());
+  gather(opt_->v(), full.v());
+  full.set_updates(opt_->updates());
+}
+
+void ZeroShard::scatter_state(const AdamW& full) {
+  for (const Bucket& b : buckets_) {
+    const std::size_t lo = block_begin(b), hi = block_end(b);
+    const std::pair<float*, const float*> moments[] = {{opt_->m(), full.m()},
+                                                       {opt_->v(), full.v()}};
+    for (auto [dst, src] : moments) {
+      std::copy(src + lo, src + hi, dst + b.shard_offset);
+      std::fill(dst + b.shard_offset + (hi - lo), dst + b.shard_offset + b.each, 0.0f);
+    }
+  }
+  opt_->set_updates(full.updates());
+}
+
+} // namespace pt

@@ -1,0 +1,68 @@
+// ZeRO-1 (parallel.zero = 1; Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+// Trillion Parameter Models", SC 2020, stage 1) for one model chunk over its dp group. The
+// gradient buckets (comm.bucket_mb, make_buckets) are reduce-scattered: each is padded to a
+// multiple of dp floats and split into dp equal blocks, and rank r keeps block r of every bucket,
+// summed over the group in rank order. AdamW's moments and update cover those blocks only; the
+// updated blocks are then all-gathered, so every rank holds all parameters for the next forward.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "comm/allreduce.hpp"
+#include "model/param_layout.hpp"
+#include "optim/adamw.hpp"
+#include "util/buffer.hpp"
+
+namespace pt {
+
+class ZeroShard {
+public:
+  // Collective over dp (every rank of it makes one per chunk, in the same order).
+  ZeroShard(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
+            const Watchdog& watchdog, const TrainConfig& t);
+
+  // grads: the chunk's flat gradients of this rank's micro-batches. Afterwards shard_grads()
+  // holds this rank's blocks summed over the dp group.
+  void reduce(const float* grads);
+  // AdamW on this rank's blocks (gradients times grad_scale), then every rank's updated blocks
+  // into params.
+  void step(float* params, double lr, float grad_scale);
+
+  // A run of this rank's blocks inside one tensor: the tensor's index in the layout and the
+  // run's place in shard_grads() (for the gradient norm).
+  struct Piece {
+    std::size_t tensor = 0, shard_offset = 0, size = 0;
+  };
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  const float* shard_grads() const { return grads_.data(); }
+
+  // Checkpoints hold the whole moments: `full` (an AdamW over the whole layout) gets every
+  // rank's blocks, and back. Collective over dp.
+  void gather_state(AdamW& full);
+  void scatter_state(const AdamW& full);
+
+private:
+  struct Bucket {
+    std::size_t offset = 0, count = 0; // floats of the chunk's flat buffers
+    std::size_t each = 0;              // floats per block: ceil(count / dp)
+    std::size_t shard_offset = 0;      // this rank's block in the shard buffers
+  };
+  // This rank's block of bucket b: [begin, end) of the flat buffers (may be empty or short).
+  std::size_t block_begin(const Bucket& b) const;
+  std::size_t block_end(const Bucket& b) const;
+  void gather(const float* shard, float* flat);
+
+  std::string what_ = "the ZeRO-1 reduce-scatter / all-gather (dp group)";
+  ReduceComm comm_;
+  std::vector<Bucket> buckets_;
+  std::vector<Piece> pieces_;
+  FloatBuffer grads_;                 // this rank's blocks of the summed gradients
+  std::unique_ptr<AdamW> opt_;        // moments of this rank's blocks
+  CountedVector<float> padded_, tmp_; // a padded bucket; the exchange's scratch
+};
+
+} // namespace pt
