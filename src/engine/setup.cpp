@@ -222,6 +222,12 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
                                        nccl_p2p ? make_nccl_links(plan.schedule, layout)
                                                 : std::vector<std::unique_ptr<cuda::NcclLink>>{});
   if (cfg.parallel.zero == 0) syncs = make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
+  if (cfg.parallel.zero == 1 && layout.rank() == 0) {
+    std::printf("  dp gradient reduction: ZeRO-1 over %d rank(s): buckets reduce-scattered after "
+                "the schedule, AdamW on this rank's blocks, parameters all-gathered\n",
+                layout.dp());
+    std::fflush(stdout);
+  }
   std::vector<GradSync*> raw;
   for (const auto& s : syncs) raw.push_back(s.get());
   engine->set_grad_sync(raw);
