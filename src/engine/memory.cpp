@@ -207,6 +207,19 @@ double memory_limit(const RunConfig& cfg, MPI_Comm world, std::string& source) {
     node = limit;
     what = "the cgroup's memory.max";
   }
+  // what the kernel can give now (other jobs' and the OS's memory excluded)
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    double kib = 0.0;
+    if (key == "MemAvailable:" && meminfo >> kib) {
+      if (kib * 1024.0 < node) {
+        node = kib * 1024.0;
+        what = "the node's available memory";
+      }
+      break;
+    }
+    meminfo.ignore(256, '\n');
+  }
   std::snprintf(text, sizeof text, "90%% of %s %.1f GiB / %d rank(s) on the node", what,
                 node / 1073741824.0, on_node);
   source = text;

@@ -33,9 +33,10 @@ struct MemoryEstimate {
 MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_rank,
                               int dp_node_size);
 
-// The bytes this rank may use: 90% of its node's memory (or of the cgroup's limit, when lower)
-// shared by the ranks on the node, or with device.kind = "cuda" 90% of its GPU's memory shared
-// by the ranks on it; `source` says which. Collective over `world`.
+// The bytes this rank may use: 90% of its node's memory (or of the cgroup's limit, or of what
+// the node has available now, when lower) shared by the ranks on the node, or with device.kind =
+// "cuda" 90% of its GPU's memory shared by the ranks on it; `source` says which. Collective over
+// `world`.
 double memory_limit(const RunConfig& cfg, MPI_Comm world, std::string& source);
 
 // Collective: throws pt::Error(bad_input) on every rank when any rank's estimate exceeds its
