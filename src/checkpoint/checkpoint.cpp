@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -130,21 +131,41 @@ template <class T> bool write_attr(hid_t obj, const char* name, hid_t type, cons
   return attr.ok() && H5Awrite(attr.get(), type, v) >= 0;
 }
 
-bool read_string_attr(hid_t obj, const char* name, std::string& out) {
-  H5 attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  if (!attr.ok()) return false;
-  H5 type(H5Aget_type(attr.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING) return false;
-  std::string buf(H5Tget_size(type.get()), '\0');
-  H5 mem = string_type(buf.size());
-  if (H5Aread(attr.get(), mem.get(), buf.data()) < 0) return false;
+// Whether a dataspace holds exactly one element. Reads below fill one value: a damaged file's
+// array in its place would overrun it.
+bool one_element(hid_t space) {
+  return space >= 0 && H5Sget_simple_extent_npoints(space) == 1;
+}
+
+// One fixed-length string of at most max_bytes (a damaged size must not become an allocation).
+bool read_string(hid_t obj, hid_t space, hid_t type, std::size_t max_bytes, bool attribute,
+                 std::string& out) {
+  if (!one_element(space) || H5Tget_class(type) != H5T_STRING) return false;
+  const std::size_t size = H5Tget_size(type);
+  if (size == 0 || size > max_bytes) return false;
+  std::string buf(size, '\0');
+  H5 mem = string_type(size);
+  const herr_t read = attribute
+                          ? H5Aread(obj, mem.get(), buf.data())
+                          : H5Dread(obj, mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data());
+  if (read < 0) return false;
   out = buf.c_str();
   return true;
 }
 
+bool read_string_attr(hid_t obj, const char* name, std::string& out) {
+  H5 attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  if (!attr.ok()) return false;
+  H5 space(H5Aget_space(attr.get()), H5Sclose);
+  H5 type(H5Aget_type(attr.get()), H5Tclose);
+  return read_string(attr.get(), space.get(), type.get(), 4096, true, out);
+}
+
 template <class T> bool read_attr(hid_t obj, const char* name, hid_t type, T& out) {
   H5 attr(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  return attr.ok() && H5Aread(attr.get(), type, &out) >= 0;
+  if (!attr.ok()) return false;
+  H5 space(H5Aget_space(attr.get()), H5Sclose);
+  return one_element(space.get()) && H5Aread(attr.get(), type, &out) >= 0;
 }
 
 H5 open_file(const std::string& path, MPI_Comm comm, bool create) {
@@ -380,6 +401,13 @@ std::optional<Error> read_header(hid_t f, const std::string& path, TrainState& s
       !read_attr(f, "tokens_seen", H5T_NATIVE_LLONG, tokens)) {
     return ckpt_error(path, "the step or tokens_seen attribute is missing");
   }
+  // a damaged count would resume at a step that does not exist (a negative step's learning rate
+  // is NaN)
+  if (step < 0 || step > std::numeric_limits<int>::max() || tokens < 0) {
+    return ckpt_error(path, "step = " + std::to_string(step) +
+                                ", tokens_seen = " + std::to_string(tokens) +
+                                " is not a count of steps and tokens: the file is damaged");
+  }
   st.step = static_cast<int>(step);
   st.tokens_seen = tokens;
   return std::nullopt;
@@ -498,12 +526,11 @@ std::optional<Error> read_config(hid_t f, const std::string& path, std::string& 
   if (!type.ok() || H5Tget_class(type.get()) != H5T_STRING) {
     return ckpt_error(path, "has no /config (the deck it was written with)");
   }
-  std::string buf(H5Tget_size(type.get()), '\0');
-  H5 mem = string_type(buf.size());
-  if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0) {
+  H5 space(H5Dget_space(ds.get()), H5Sclose);
+  // a resolved deck is a few kB; 16 MiB bounds what a damaged size could allocate
+  if (!read_string(ds.get(), space.get(), type.get(), std::size_t{16} << 20, false, text)) {
     return ckpt_error(path, "its /config cannot be read: the file is truncated or damaged");
   }
-  text = buf.c_str();
   return std::nullopt;
 }
 
@@ -515,9 +542,18 @@ void compare_config(const std::string& saved, const RunConfig& cfg, const std::s
   RunConfig old;
   try {
     const toml::table t = toml::parse(saved);
-    const auto dim = [&](const char* key) { return t["parallel"][key].value_or(std::int64_t{1}); };
-    old = parse_deck(saved, path + ":/config", {},
-                     static_cast<int>(dim("pp") * dim("dp") * dim("tp")));
+    // the job that wrote it: pp * dp * tp ranks (dp is stored resolved, so each is >= 1); a
+    // damaged count must not become a job of 0 ranks or overflow
+    long long ranks = 1;
+    for (const char* key : {"pp", "dp", "tp"}) {
+      const std::int64_t n = t["parallel"][key].value_or(std::int64_t{1});
+      if (n < 1 || n > std::numeric_limits<int>::max() / ranks) {
+        throw input_error("parallel." + std::string(key) + " = " + std::to_string(n) +
+                          " is not the rank count of a job");
+      }
+      ranks *= n;
+    }
+    old = parse_deck(saved, path + ":/config", {}, static_cast<int>(ranks));
   } catch (const std::exception& e) {
     throw ForeignCheckpoint(ckpt_error(path, std::string("its /config is not a deck this pipetrain "
                                                          "reads: ") +
@@ -533,8 +569,9 @@ void compare_config(const std::string& saved, const RunConfig& cfg, const std::s
       {"tie_embeddings", {a.tie_embeddings, b.tie_embeddings}}};
   for (const auto& [key, v] : model_keys) {
     if (v.first == v.second) continue;
+    const bool flag = std::string(key) == "tie_embeddings"; // clang 14: no binding in a lambda
     const auto text = [&](long long x) {
-      return std::string(key) == "tie_embeddings" ? (x ? "true" : "false") : std::to_string(x);
+      return flag ? (x ? "true" : "false") : std::to_string(x);
     };
     throw ForeignCheckpoint(ckpt_error(
         path, "is of another model: model." + std::string(key) + " = " + text(v.first) +
@@ -600,6 +637,13 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards 
 
 TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const Layout& layout,
                            Shards shards) {
+  // HDF5 1.10.8 can read memory it freed when it opens a file after failing on damaged ones in
+  // the same process (docs/fuzzing.md), as resume = "auto" does when it falls back to older
+  // checkpoints. Every read therefore ends, on every path out, with H5close: the library's state
+  // is dropped (pipetrain holds no HDF5 handle between calls) and the next call starts afresh.
+  struct CloseLibrary {
+    ~CloseLibrary() { H5close(); }
+  } close_library_after_read;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   std::optional<Error> err;
   std::error_code ec;
@@ -628,6 +672,10 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
     if (!err && (!optim.ok() || !read_attr(optim.get(), "adam_step", H5T_NATIVE_INT, adam_step) ||
                  !read_attr(optim.get(), "lr", H5T_NATIVE_DOUBLE, st.lr))) {
       err = ckpt_error(path, "the /optim attributes adam_step and lr are missing");
+    }
+    if (!err && adam_step < 0) { // the next update's bias correction 1 - beta^t needs t >= 1
+      err = ckpt_error(path, "the /optim attribute adam_step = " + std::to_string(adam_step) +
+                                 " is negative: the file is damaged");
     }
   }
   sets.clear();

@@ -123,7 +123,11 @@ double two_level_time(double n, const Shape& s, int c, const Topology& t, bool w
   return time;
 }
 
-double number(const toml::table& tbl, const char* key, const std::string& where) {
+// A positive number of the file in (0, most], or [least, most] when least > 0. The bounds lie far
+// beyond any machine's (a second per message, 1 kB/s to 1 PB/s, a millisecond per byte) and keep
+// every modelled time a finite number of seconds.
+double number(const toml::table& tbl, const char* key, const std::string& where, double least,
+              double most) {
   const toml::node* n = tbl.get(key);
   if (n == nullptr || !(n->is_number())) {
     throw input_error(where + ": \"" + key +
@@ -132,9 +136,12 @@ double number(const toml::table& tbl, const char* key, const std::string& where)
   }
   const double v =
       n->is_integer() ? static_cast<double>(n->as_integer()->get()) : n->as_floating_point()->get();
-  if (!(v > 0.0) || !std::isfinite(v)) {
-    throw input_error(where + ": \"" + key + "\" must be a positive number, found " +
-                      std::to_string(v));
+  if (!(v > 0.0) || !(v >= least) || !(v <= most)) {
+    std::ostringstream msg;
+    msg << where << ": \"" << key << "\" must be a positive number in " << (least > 0.0 ? "[" : "(")
+        << least << ", " << most << "], found " << v
+        << ".\n---> HINT: rerun `pipetrain-bench calibrate` to write a fresh file";
+    throw input_error(msg.str());
   }
   return v;
 }
@@ -148,10 +155,11 @@ LinkCost read_level(const toml::table& root, const char* level, const std::strin
                       "`pipetrain-bench calibrate` to write a fresh file");
   }
   LinkCost l;
-  l.alpha = number(*t, "alpha_us", where) * 1e-6;
-  l.beta = 1.0 / (number(*t, "bandwidth_GBps", where) * 1e9);
-  l.gamma = number(*t, "gamma_ns_per_byte", where) * 1e-9;
-  l.copy = t->get("copy_ns_per_byte") ? number(*t, "copy_ns_per_byte", where) * 1e-9 : l.beta;
+  l.alpha = number(*t, "alpha_us", where, 0.0, 1e6) * 1e-6;
+  l.beta = 1.0 / (number(*t, "bandwidth_GBps", where, 1e-6, 1e6) * 1e9);
+  l.gamma = number(*t, "gamma_ns_per_byte", where, 0.0, 1e6) * 1e-9;
+  l.copy =
+      t->get("copy_ns_per_byte") ? number(*t, "copy_ns_per_byte", where, 0.0, 1e6) * 1e-9 : l.beta;
   return l;
 }
 

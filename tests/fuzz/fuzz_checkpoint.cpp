@@ -1,0 +1,166 @@
+// libFuzzer target: HDF5 checkpoints through pt::read_checkpoint, on one MPI rank with the shards
+// of a tiny model built as the trainer builds them (docs/fuzzing.md).
+//
+// Input: the bytes of an .h5 file (the seeds are real checkpoints of checkpoint_seed.toml's
+// model, written by build/pipetrain: tests/fuzz/make_seeds.sh). Each input is written to a
+// temporary file and loaded. A rejected file must raise pt::Error(checkpoint), the documented path;
+// a sanitizer report, another exception, an abort or a hang is a finding. An accepted file must
+// give a state the trainer can continue from: step and Adam's update count not negative. Either
+// way no HDF5 handle may stay open. PT_FUZZ_VERBOSE=1 prints each verdict.
+//
+// Run as a singleton MPI job (no mpirun); as root, Open MPI wants OMPI_ALLOW_RUN_AS_ROOT=1 and
+// OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in the environment (tools/fuzz sets them).
+#include <hdf5.h>
+#include <mpi.h>
+#include <sanitizer/lsan_interface.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.hpp"
+#include "model/partition.hpp"
+#include "util/errors.hpp"
+
+namespace {
+
+// The host backend's memory rules without its kernels (they are not built for fuzzing): buffers
+// in host memory (alloc null: on_host() is true, as on the host backend), copies by memcpy. The
+// loader reads into the buffers and calls no op; a call to one would be a null call, a finding.
+void host_copy(void* dst, const void* src, std::size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void host_synchronize() {}
+const char* no_blas() {
+  return "none";
+}
+const pt::Backend kHostMemory{.name = "host (memory only)",
+                              .alloc = nullptr,
+                              .release = nullptr,
+                              .copy = host_copy,
+                              .synchronize = host_synchronize,
+                              .blas_name = no_blas};
+
+// PT_FUZZ_VERBOSE=1: each input's verdict on stderr (to see what a reproducer does)
+bool verbose() {
+  static const bool on = std::getenv("PT_FUZZ_VERBOSE") != nullptr;
+  return on;
+}
+
+[[noreturn]] void finding(const char* what, const std::string& detail) {
+  std::fprintf(stderr, "fuzz_checkpoint: %s\n%s\n", what, detail.c_str());
+  std::abort();
+}
+
+// What a one-rank run holds when it resumes: config, layout, chunks and optimizers.
+struct Rank {
+  pt::RunConfig cfg;
+  std::unique_ptr<pt::Layout> layout;
+  std::vector<std::unique_ptr<pt::GptStage>> chunks;
+  std::vector<std::unique_ptr<pt::AdamW>> opts;
+  std::string path; // the temporary .h5 file each input is written to
+
+  Rank() {
+    // the deck the seeds were written with (make_seeds.sh), so an undamaged seed loads
+    std::ifstream in(PT_FUZZ_CHECKPOINT_DECK);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) finding("cannot read the seeds' deck", PT_FUZZ_CHECKPOINT_DECK);
+    cfg = pt::parse_deck(text.str(), PT_FUZZ_CHECKPOINT_DECK, {}, 1);
+    layout = std::make_unique<pt::Layout>(MPI_COMM_WORLD, cfg.parallel, cfg.comm);
+    // as engine/plan.cpp partitions and engine/setup.cpp make_chunks builds them
+    const int p = cfg.parallel.pp, me = layout->coords().pp;
+    const std::vector<int> layers =
+        pt::partition_layers(cfg.parallel, cfg.model.n_layer, p * cfg.parallel.virtual_stages,
+                             pt::parameter_costs(cfg.model));
+    for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
+      chunks.push_back(std::make_unique<pt::GptStage>(
+          cfg.model, pt::stage_spec(layers, c * p + me), cfg.train.micro_batch,
+          pt::TpGroup{layout->coords().tp, layout->tp(), nullptr}, kHostMemory));
+      chunks.back()->init_parameters(cfg.train.seed);
+      opts.push_back(std::make_unique<pt::AdamW>(chunks.back()->layout(), cfg.train, kHostMemory));
+    }
+    const char* dir = std::getenv("TMPDIR");
+    path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/pt-fuzz-checkpoint-" +
+           std::to_string(::getpid()) + ".h5";
+  }
+};
+
+Rank* g_rank = nullptr;
+
+// PT_FUZZ_KEEP=DIR keeps the last 4000 inputs there, numbered in the order they ran: a finding
+// that needs an earlier input's effect on HDF5's state replays as
+// `fuzz_checkpoint $(ls DIR/* | sort)`, one process over all of them.
+void keep_input(const std::uint8_t* data, std::size_t size) {
+  static const char* dir = std::getenv("PT_FUZZ_KEEP");
+  static long n = 0;
+  if (dir == nullptr) return;
+  char name[32];
+  std::snprintf(name, sizeof name, "/%010ld.h5", n);
+  if (std::FILE* f = std::fopen((std::string(dir) + name).c_str(), "wb")) {
+    std::fwrite(data, 1, size, f);
+    std::fclose(f);
+  }
+  std::snprintf(name, sizeof name, "/%010ld.h5", n - 4000);
+  ::unlink((std::string(dir) + name).c_str());
+  ++n;
+}
+
+// At exit: the temporary file goes. MPI is left initialized: MPI_Finalize unloads Open MPI's
+// components, and LeakSanitizer would report what they still held as leaks of this program.
+void finish() {
+  if (g_rank != nullptr) ::unlink(g_rank->path.c_str());
+  delete g_rank;
+  g_rank = nullptr;
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  // Open MPI's own handlers for SIGABRT/SIGSEGV/... would print and exit before libFuzzer saves
+  // the input that crashed
+  ::setenv("OMPI_MCA_opal_signal", "", 0);
+  __lsan_disable(); // what Open MPI keeps from its start-up is not the loader's
+  MPI_Init(nullptr, nullptr);
+  __lsan_enable();
+  g_rank = new Rank();
+  std::atexit(finish);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  Rank& r = *g_rank;
+  std::FILE* f = std::fopen(r.path.c_str(), "wb");
+  if (f == nullptr || std::fwrite(data, 1, size, f) != size || std::fclose(f) != 0) {
+    finding("cannot write the temporary file", r.path);
+  }
+  keep_input(data, size);
+  try {
+    const pt::TrainState st =
+        pt::read_checkpoint(r.path, r.cfg, *r.layout, pt::Shards{r.chunks, r.opts});
+    if (verbose()) std::fprintf(stderr, "loaded: step %d\n", st.step);
+    if (st.step < 0) finding("accepted a negative step", std::to_string(st.step));
+    for (const auto& o : r.opts) {
+      if (o->updates() < 0) {
+        finding("accepted a negative Adam update count", std::to_string(o->updates()));
+      }
+    }
+  } catch (const pt::Error& e) {
+    if (verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
+    if (e.code() != pt::ExitCode::checkpoint)
+      finding("pt::Error with a code other than 3", e.what());
+  }
+  // every handle the loader opened is closed again, whatever the verdict
+  if (const ssize_t open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL); open != 0) {
+    finding("HDF5 objects left open after the read", std::to_string(open));
+  }
+  return 0;
+}
