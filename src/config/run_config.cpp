@@ -299,7 +299,6 @@ void apply_override(toml::table& root, const std::string& arg, std::set<std::str
                       "=VALUE");
   }
 
-  toml::node_view<toml::node> slot;
   toml::table parsed;
   bool is_toml = true;
   try {
