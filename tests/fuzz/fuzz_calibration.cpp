@@ -5,7 +5,6 @@
 // pt::Error(bad_input). An accepted one is used as the runtime uses it: choose_algorithm and
 // modelled_time for a spread of message sizes and groups; every modelled time must be a finite,
 // non-negative number of seconds, and the choice one of the modelled algorithms.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,47 +15,26 @@
 #include <string>
 
 #include "comm/topology.hpp"
+#include "fuzz_common.hpp"
 #include "util/errors.hpp"
 
-namespace {
-
-// PT_FUZZ_VERBOSE=1: each input's verdict on stderr (to see what a reproducer does)
-bool verbose() {
-  static const bool on = std::getenv("PT_FUZZ_VERBOSE") != nullptr;
-  return on;
-}
-
-[[noreturn]] void finding(const char* what, const std::string& detail) {
-  std::fprintf(stderr, "fuzz_calibration: %s\n%s\n", what, detail.c_str());
-  std::abort();
-}
-
-std::string temp_path() {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/pt-fuzz-calibration-" +
-         std::to_string(::getpid()) + ".toml";
-}
-
-} // namespace
+namespace {} // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::string path = temp_path();
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr || std::fwrite(data, 1, size, f) != size || std::fclose(f) != 0) {
-    finding("cannot write the temporary file", path);
-  }
+  static const std::string path = fuzz::temp_path("calibration", ".toml");
+  fuzz::write_input(path, data, size);
   pt::Topology t;
   try {
     t = pt::load_calibration(path);
   } catch (const pt::Error& e) {
-    if (verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
+    if (fuzz::verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
     if (e.code() != pt::ExitCode::bad_input)
-      finding("pt::Error with a code other than 2", e.what());
+      fuzz::finding("pt::Error with a code other than 2", e.what());
     ::unlink(path.c_str());
     return 0;
   }
   ::unlink(path.c_str());
-  if (verbose()) std::fprintf(stderr, "accepted:\n%s", pt::calibration_toml(t, "").c_str());
+  if (fuzz::verbose()) std::fprintf(stderr, "accepted:\n%s", pt::calibration_toml(t, "").c_str());
 
   const auto& algos = pt::modelled_algorithms();
   // bytes: one float up to a 1 GiB bucket; groups: 2 ranks, odd, power of two, two nodes of
@@ -67,15 +45,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (const pt::AllreduceAlgo a : algos) {
           const double s = pt::modelled_time(a, bytes, p, node_size, t);
           if (!std::isfinite(s) || s < 0.0) {
-            finding("a modelled time is not a finite number of seconds",
-                    std::string(pt::algorithm_name(a)) + " bytes " + std::to_string(bytes) + " p " +
-                        std::to_string(p) + " node_size " + std::to_string(node_size) + ": " +
-                        std::to_string(s) + "\n" + pt::calibration_toml(t, ""));
+            fuzz::finding("a modelled time is not a finite number of seconds",
+                          std::string(pt::algorithm_name(a)) + " bytes " + std::to_string(bytes) +
+                              " p " + std::to_string(p) + " node_size " +
+                              std::to_string(node_size) + ": " + std::to_string(s) + "\n" +
+                              pt::calibration_toml(t, ""));
           }
         }
         const pt::AllreduceAlgo c = pt::choose_algorithm(bytes, p, node_size, t);
         if (std::find(algos.begin(), algos.end(), c) == algos.end()) {
-          finding("choose_algorithm chose an algorithm it does not model", pt::algorithm_name(c));
+          fuzz::finding("choose_algorithm chose an algorithm it does not model",
+                        pt::algorithm_name(c));
         }
       }
     }

@@ -13,7 +13,6 @@
 #include <hdf5.h>
 #include <mpi.h>
 #include <sanitizer/lsan_interface.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "fuzz_common.hpp"
 #include "model/partition.hpp"
 #include "util/errors.hpp"
 
@@ -49,17 +49,6 @@ const pt::Backend kHostMemory{.name = "host (memory only)",
                               .synchronize = host_synchronize,
                               .blas_name = no_blas};
 
-// PT_FUZZ_VERBOSE=1: each input's verdict on stderr (to see what a reproducer does)
-bool verbose() {
-  static const bool on = std::getenv("PT_FUZZ_VERBOSE") != nullptr;
-  return on;
-}
-
-[[noreturn]] void finding(const char* what, const std::string& detail) {
-  std::fprintf(stderr, "fuzz_checkpoint: %s\n%s\n", what, detail.c_str());
-  std::abort();
-}
-
 // What a one-rank run holds when it resumes: config, layout, chunks and optimizers.
 struct Rank {
   pt::RunConfig cfg;
@@ -73,7 +62,7 @@ struct Rank {
     std::ifstream in(PT_FUZZ_CHECKPOINT_DECK);
     std::ostringstream text;
     text << in.rdbuf();
-    if (!in) finding("cannot read the seeds' deck", PT_FUZZ_CHECKPOINT_DECK);
+    if (!in) fuzz::finding("cannot read the seeds' deck", PT_FUZZ_CHECKPOINT_DECK);
     cfg = pt::parse_deck(text.str(), PT_FUZZ_CHECKPOINT_DECK, {}, 1);
     layout = std::make_unique<pt::Layout>(MPI_COMM_WORLD, cfg.parallel, cfg.comm);
     // as engine/plan.cpp partitions and engine/setup.cpp make_chunks builds them
@@ -88,9 +77,7 @@ struct Rank {
       chunks.back()->init_parameters(cfg.train.seed);
       opts.push_back(std::make_unique<pt::AdamW>(chunks.back()->layout(), cfg.train, kHostMemory));
     }
-    const char* dir = std::getenv("TMPDIR");
-    path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/pt-fuzz-checkpoint-" +
-           std::to_string(::getpid()) + ".h5";
+    path = fuzz::temp_path("checkpoint", ".h5");
   }
 };
 
@@ -138,29 +125,26 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Rank& r = *g_rank;
-  std::FILE* f = std::fopen(r.path.c_str(), "wb");
-  if (f == nullptr || std::fwrite(data, 1, size, f) != size || std::fclose(f) != 0) {
-    finding("cannot write the temporary file", r.path);
-  }
+  fuzz::write_input(r.path, data, size);
   keep_input(data, size);
   try {
     const pt::TrainState st =
         pt::read_checkpoint(r.path, r.cfg, *r.layout, pt::Shards{r.chunks, r.opts});
-    if (verbose()) std::fprintf(stderr, "loaded: step %d\n", st.step);
-    if (st.step < 0) finding("accepted a negative step", std::to_string(st.step));
+    if (fuzz::verbose()) std::fprintf(stderr, "loaded: step %d\n", st.step);
+    if (st.step < 0) fuzz::finding("accepted a negative step", std::to_string(st.step));
     for (const auto& o : r.opts) {
       if (o->updates() < 0) {
-        finding("accepted a negative Adam update count", std::to_string(o->updates()));
+        fuzz::finding("accepted a negative Adam update count", std::to_string(o->updates()));
       }
     }
   } catch (const pt::Error& e) {
-    if (verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
+    if (fuzz::verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
     if (e.code() != pt::ExitCode::checkpoint)
-      finding("pt::Error with a code other than 3", e.what());
+      fuzz::finding("pt::Error with a code other than 3", e.what());
   }
   // every handle the loader opened is closed again, whatever the verdict
   if (const ssize_t open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL); open != 0) {
-    finding("HDF5 objects left open after the read", std::to_string(open));
+    fuzz::finding("HDF5 objects left open after the read", std::to_string(open));
   }
   return 0;
 }

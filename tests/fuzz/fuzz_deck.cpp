@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config/run_config.hpp"
+#include "fuzz_common.hpp"
 #include "util/errors.hpp"
 
 namespace {
@@ -58,29 +59,18 @@ Input split(std::string_view in) {
   return out;
 }
 
-// PT_FUZZ_VERBOSE=1: each input's verdict on stderr (to see what a reproducer does)
-bool verbose() {
-  static const bool on = std::getenv("PT_FUZZ_VERBOSE") != nullptr;
-  return on;
-}
-
-[[noreturn]] void finding(const char* what, const std::string& detail) {
-  std::fprintf(stderr, "fuzz_deck: %s\n%s\n", what, detail.c_str());
-  std::abort();
-}
-
 // parse_deck's result, or the empty optional when it rejected the deck as documented
 bool parse(const std::string& text, const std::vector<std::string>& overrides, int world_size,
            pt::RunConfig& out) {
   try {
     out = pt::parse_deck(text, "fuzz.toml", overrides, world_size);
-    if (verbose()) std::fprintf(stderr, "accepted:\n%s\n", out.resolved_text.c_str());
+    if (fuzz::verbose()) std::fprintf(stderr, "accepted:\n%s\n", out.resolved_text.c_str());
     return true;
   } catch (const pt::Error& e) {
-    if (verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
+    if (fuzz::verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
     if (e.code() != pt::ExitCode::bad_input)
-      finding("pt::Error with a code other than 2", e.what());
-    if (std::string_view(e.what()).empty()) finding("pt::Error without a message", "");
+      fuzz::finding("pt::Error with a code other than 2", e.what());
+    if (std::string_view(e.what()).empty()) fuzz::finding("pt::Error without a message", "");
     return false;
   }
 }
@@ -94,20 +84,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   const pt::ParallelConfig& p = c.parallel;
   if (static_cast<long long>(p.pp) * p.dp * p.tp != in.world_size) {
-    finding("accepted a layout that does not fit the job", c.resolved_text);
+    fuzz::finding("accepted a layout that does not fit the job", c.resolved_text);
   }
   if (p.micro_batches < 1 || p.micro_batches != c.accumulation() ||
       static_cast<long long>(p.micro_batches) * p.dp * c.train.micro_batch !=
           c.train.global_batch) {
-    finding("accepted batch sizes that do not split", c.resolved_text);
+    fuzz::finding("accepted batch sizes that do not split", c.resolved_text);
   }
   pt::RunConfig again;
   if (!parse(c.resolved_text, {}, in.world_size, again)) {
-    finding("the resolved deck does not parse again", c.resolved_text);
+    fuzz::finding("the resolved deck does not parse again", c.resolved_text);
   }
   if (again.resolved_text != c.resolved_text) {
-    finding("the resolved deck does not resolve to itself",
-            c.resolved_text + "\n---- resolved again ----\n" + again.resolved_text);
+    fuzz::finding("the resolved deck does not resolve to itself",
+                  c.resolved_text + "\n---- resolved again ----\n" + again.resolved_text);
   }
   return 0;
 }
