@@ -117,6 +117,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
   const Shape s(cfg);
   const schedule::Schedule& sched = plan.schedule;
   const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
+  const std::vector<schedule::ChunkUse> use = schedule::chunk_use(actions, sched.v);
   const Recompute rc = cfg.train.recompute;
   MemoryEstimate e;
   std::size_t largest_bucket = 0, zero_widest = 0;
@@ -139,16 +140,9 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     } else {
       e.optimizer += 2 * P;
     }
-    // the peak of live micro-batches of this chunk, and whether its backward is split
-    int live = 0, peak = 0;
-    bool split = false, fused = false;
-    for (const schedule::Action& a : actions) {
-      if (a.chunk != c) continue;
-      if (a.op == Op::F) peak = std::max(peak, ++live);
-      if (a.op == Op::B || a.op == Op::BW) --live;
-      split = split || a.op == Op::BI;
-      fused = fused || a.op == Op::B;
-    }
+    const schedule::ChunkUse& u = use[static_cast<std::size_t>(c)];
+    const bool split = u.split, fused = u.whole;
+    const int peak = u.peak_live;
     const double slot = slot_bytes(s, spec, rc) + (split ? stash_bytes(s, spec, blocks) : 0.0);
     e.per_slot += slot;
     e.slots = std::max(e.slots, peak);

@@ -48,18 +48,14 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   // Every activation slot (and stash) the list needs at its peak is made now, not at its first
   // use: freeing (and maybe allocating) GPU memory waits for the device's other streams, where
   // NCCL receives are queued that only a peer's sends complete.
-  std::vector<int> live(static_cast<std::size_t>(v_), 0), peak(live);
+  const std::vector<schedule::ChunkUse> use = schedule::chunk_use(actions_, v_);
   split_.assign(static_cast<std::size_t>(v_), false);
-  for (const Action& a : actions_) {
-    const auto c = static_cast<std::size_t>(a.chunk);
-    if (a.op == Op::F) peak[c] = std::max(peak[c], ++live[c]);
-    if (a.op == Op::B || a.op == Op::BW) --live[c];
-    if (a.op == Op::BI) split_[c] = true;
-    if (a.op == Op::B) chunks_[c]->prepare_backward();
-  }
   for (int c = 0; c < v_; ++c) {
-    for (int i = 0; i < peak[static_cast<std::size_t>(c)]; ++i) acquire(c, -1 - i);
-    for (int i = 0; i < peak[static_cast<std::size_t>(c)]; ++i) release(c, -1 - i);
+    const schedule::ChunkUse& u = use[static_cast<std::size_t>(c)];
+    split_[static_cast<std::size_t>(c)] = u.split;
+    if (u.whole) chunks_[static_cast<std::size_t>(c)]->prepare_backward();
+    for (int i = 0; i < u.peak_live; ++i) acquire(c, -1 - i);
+    for (int i = 0; i < u.peak_live; ++i) release(c, -1 - i);
   }
   if (staged_) eval_buf_ = FloatBuffer(NC);
   last_weight_action_.assign(static_cast<std::size_t>(v_), actions_.size());

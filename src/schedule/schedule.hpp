@@ -67,6 +67,16 @@ struct Channel {
   std::vector<Message> messages;
 };
 
+// How one rank's action list uses each of its chunks: the most micro-batches live at once (from
+// F until B or BW: the activation slots the engine makes), whether the backward is split (BI/BW,
+// each slot then has a stash) and whether it runs whole (B). The engine and the memory model
+// both size memory from it.
+struct ChunkUse {
+  int peak_live = 0;
+  bool split = false, whole = false;
+};
+std::vector<ChunkUse> chunk_use(const std::vector<Action>& actions, int chunks);
+
 // Every channel of the schedule, ordered by (grad, from, to): the same list on every rank, so
 // ranks can set up their channels' connections one after another in this order.
 std::vector<Channel> channels(const Schedule& s);
