@@ -128,10 +128,12 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     const double P = buf(static_cast<double>(layout.total()));
     e.params += 2 * P + (spec.last && m.tie_embeddings ? buf(s.V * s.C) : 0.0);
     const auto bucket_floats = static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0);
+    const std::vector<GradBucket> buckets = make_buckets(layout, bucket_floats);
+    for (const GradBucket& k : buckets) largest_bucket = std::max(largest_bucket, k.count);
     if (cfg.parallel.zero == 1) { // comm/zero.hpp: this rank's blocks of every padded bucket
       const auto dp = static_cast<std::size_t>(cfg.parallel.dp);
       std::size_t shard = 0;
-      for (const GradBucket& k : make_buckets(layout, bucket_floats)) {
+      for (const GradBucket& k : buckets) {
         shard += (k.count + dp - 1) / dp;
         zero_widest = std::max(zero_widest, (k.count + dp - 1) / dp * dp);
       }
@@ -152,11 +154,6 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
                    (fused ? stash_bytes(s, spec, 1) : 0.0) +
                    (rc == Recompute::selective ? buf(s.B * s.NH * s.T * s.T) : 0.0) +
                    (rc == Recompute::full ? s.block() : 0.0);
-    if (cfg.parallel.dp > 1) {
-      for (const GradBucket& k : make_buckets(layout, bucket_floats)) {
-        largest_bucket = std::max(largest_bucket, k.count);
-      }
-    }
   }
   // one buffer per receive and gradient send, host memory; on a GPU (MPI staging, untested
   // here) the device holds a copy of each received gradient instead
