@@ -88,6 +88,15 @@ void NcclComm::max(float* x, std::size_t n) {
   impl_->reduce(x, n, ncclMax);
 }
 
+void NcclComm::reduce_scatter(float* out, const float* x, std::size_t n) {
+  check(ncclReduceScatter(x, out, n, ncclFloat32, ncclSum, impl_->comm, impl_->stream()),
+        "ncclReduceScatter");
+}
+
+void NcclComm::all_gather(float* out, const float* in, std::size_t n) {
+  check(ncclAllGather(in, out, n, ncclFloat32, impl_->comm, impl_->stream()), "ncclAllGather");
+}
+
 void NcclComm::wait() {
   check(cudaStreamSynchronize(impl_->stream()), "a queued NCCL reduction");
 }
@@ -195,6 +204,8 @@ NcclComm::~NcclComm() = default;
 
 void NcclComm::sum(float*, std::size_t) {}
 void NcclComm::max(float*, std::size_t) {}
+void NcclComm::reduce_scatter(float*, const float*, std::size_t) {}
+void NcclComm::all_gather(float*, const float*, std::size_t) {}
 void NcclComm::wait() {}
 
 struct NcclLink::Impl {};

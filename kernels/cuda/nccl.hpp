@@ -34,6 +34,10 @@ public:
   // x[0, n) (device or managed memory) summed, or maximised, in place over the group; queued.
   void sum(float* x, std::size_t n);
   void max(float* x, std::size_t n);
+  // Reduce-scatter: x[0, n*ranks) summed over the group, this rank's block of n written to out;
+  // all-gather: every rank's in[0, n) into out[0, n*ranks) in rank order. Queued.
+  void reduce_scatter(float* out, const float* x, std::size_t n);
+  void all_gather(float* out, const float* in, std::size_t n);
   // The host waits until every reduction queued so far has finished.
   void wait();
 

@@ -55,7 +55,7 @@ private:
   herr_t (*close_)(hid_t) = nullptr;
 };
 
-const char* const kSections[] = {"model", "optim/m", "optim/v"};
+const char* const kSections[] = {"model", "optim/m", "optim/v", "model_prev"};
 
 std::string step_file(int step) {
   char buf[32];
@@ -73,8 +73,18 @@ struct Local {
   GptStage* stage;
   AdamW* opt;
   const ParamTensor* t;
+  float* older; // 2bw's older weights of the chunk, or null
   float* base(int section) const {
-    return section == 0 ? stage->params() : (section == 1 ? opt->m() : opt->v());
+    switch (section) {
+    case 0:
+      return stage->params();
+    case 1:
+      return opt->m();
+    case 2:
+      return opt->v();
+    default:
+      return older;
+    }
   }
 };
 
@@ -82,7 +92,8 @@ std::vector<Local> locals(Shards& s, const std::string& name) {
   std::vector<Local> out;
   for (std::size_t c = 0; c < s.chunks.size(); ++c) {
     if (s.chunks[c]->layout().has(name)) {
-      out.push_back({s.chunks[c].get(), s.opts[c].get(), &s.chunks[c]->layout().at(name)});
+      out.push_back({s.chunks[c].get(), s.opts[c].get(), &s.chunks[c]->layout().at(name),
+                     s.older != nullptr ? (*s.older)[c].data() : nullptr});
     }
   }
   return out;
@@ -253,12 +264,13 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
   bool ok = true;
   const ParamLayout whole = whole_layout(cfg.model);
   const std::size_t T = whole.tensors().size();
-  std::vector<unsigned long long> sums(3 * T, 0);
+  const int nsec = shards.sections();
+  std::vector<unsigned long long> sums(static_cast<std::size_t>(nsec) * T, 0);
   const std::vector<int> turns = dp_turns(whole, layout.dp());
   std::vector<H5> sets;
   float dummy = 0.0f;
   std::vector<float> staged; // a GPU backend's tensor, copied to host memory for MPI-IO
-  for (int sec = 0; sec < 3; ++sec) {
+  for (int sec = 0; sec < nsec; ++sec) {
     // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
     if (sec == 1 && test_hooks().kill_in_checkpoint == step && layout.rank() == layout.size() - 1) {
       std::raise(SIGKILL);
@@ -421,12 +433,19 @@ std::string shape_text(const std::vector<hsize_t>& v) {
 
 // Opens every dataset, checking its shape and type against the deck's model before any data is
 // read; sets err (and stops) at the first that does not fit.
-std::vector<H5> open_datasets(hid_t f, const ParamLayout& whole, const std::string& path,
+std::vector<H5> open_datasets(hid_t f, const ParamLayout& whole, int nsec, const std::string& path,
                               std::optional<Error>& err) {
   std::vector<H5> sets;
-  for (int sec = 0; sec < 3; ++sec) {
+  for (int sec = 0; sec < nsec; ++sec) {
     for (const ParamTensor& gt : whole.tensors()) {
       const std::string name = dataset_name(sec, gt);
+      if (sec == 3 && H5Lexists(f, "/model_prev", H5P_DEFAULT) <= 0) {
+        err = ckpt_error(path, "it has no /model_prev, the older weights a schedule = \"2bw\" "
+                               "run continues from: it was written by another schedule; resume "
+                               "it with that schedule, or start afresh (checkpoint.resume = "
+                               "\"none\")");
+        return sets;
+      }
       H5 ds(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose);
       if (!ds.ok()) {
         err = ckpt_error(path, "dataset " + name + " is missing");
@@ -458,7 +477,7 @@ void read_tensors(const std::vector<H5>& sets, const ParamLayout& whole, const L
                   Shards& shards, const std::string& path, std::optional<Error>& err) {
   std::size_t k = 0;
   std::vector<float> staged;
-  for (int sec = 0; sec < 3; ++sec) {
+  for (int sec = 0; sec < shards.sections(); ++sec) {
     for (const ParamTensor& gt : whole.tensors()) {
       const hid_t ds = sets[k++].get();
       for (const Local& l : locals(shards, gt.name)) {
@@ -488,8 +507,9 @@ void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, con
                       Shards& shards, const std::string& path, std::optional<Error>& err) {
   const std::size_t T = whole.tensors().size();
   const std::vector<int> turns = dp_turns(whole, layout.dp());
-  std::vector<unsigned long long> got(3 * T, 0), want(3 * T, 0);
-  for (int sec = 0; sec < 3; ++sec) {
+  const auto n = static_cast<std::size_t>(shards.sections()) * T;
+  std::vector<unsigned long long> got(n, 0), want(n, 0);
+  for (int sec = 0; sec < shards.sections(); ++sec) {
     for (std::size_t k = 0; k < T; ++k) {
       const std::size_t i = static_cast<std::size_t>(sec) * T + k;
       const ParamTensor& gt = whole.tensors()[k];
@@ -658,7 +678,7 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   err = read_header(file.get(), path, st);
   agree(layout.world(), err);
   const ParamLayout whole = whole_layout(cfg.model);
-  std::vector<H5> sets = open_datasets(file.get(), whole, path, err);
+  std::vector<H5> sets = open_datasets(file.get(), whole, shards.sections(), path, err);
   agree(layout.world(), err);
   std::string saved;
   err = read_config(file.get(), path, saved);

@@ -26,6 +26,9 @@ struct TrainState {
 struct Shards {
   std::vector<std::unique_ptr<GptStage>>& chunks;
   std::vector<std::unique_ptr<AdamW>>& opts;
+  // schedule = "2bw": per chunk, the weights one version older (/model_prev); null otherwise
+  std::vector<FloatBuffer>* older = nullptr;
+  int sections() const { return older != nullptr ? 4 : 3; }
 };
 
 // Collective over layout.world(). Writes <dir>/step_%08d.h5 through a .partial file, renames it,

@@ -14,6 +14,11 @@ public:
   // calls with the same n in the same order. The result is ready for the backend's next op.
   virtual void sum(float* x, std::size_t n) = 0;
   virtual void max(float* x, std::size_t n) = 0;
+  // Sequence parallelism's pair (docs/tensor-parallel.md). reduce_scatter: x[0, n*size) summed
+  // over the group, this rank's block [rank*n, (rank+1)*n) written to out[0, n); all_gather:
+  // every rank's in[0, n) into out[0, n*size) in rank order. out never overlaps the input.
+  virtual void reduce_scatter(float* out, const float* x, std::size_t n) = 0;
+  virtual void all_gather(float* out, const float* in, std::size_t n) = 0;
 };
 
 } // namespace pt

@@ -55,7 +55,8 @@ PipeTransport::Handle PipeTransport::irecv(float* x, int dir, int mb, int chunk,
 }
 
 std::map<PipeTransport::Msg, PipeTransport::Handle>
-PipeTransport::receive_step(const std::function<float*(const Msg&)>& buffer) {
+PipeTransport::receive_step(const std::vector<schedule::Action>& actions,
+                            const std::function<float*(const Msg&)>& buffer) {
   std::map<Msg, Handle> posted;
   if (nccl_) {
     for (auto& l : links_) {
@@ -68,7 +69,7 @@ PipeTransport::receive_step(const std::function<float*(const Msg&)>& buffer) {
     }
     return posted;
   }
-  for (const schedule::Action& a : sched_.ranks[static_cast<std::size_t>(me_)]) {
+  for (const schedule::Action& a : actions) {
     if (a.op != Op::RECV_ACT && a.op != Op::RECV_GRAD) continue;
     const Msg msg{a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk};
     posted[msg] = irecv(buffer(msg), std::get<0>(msg), a.mb, a.chunk, a.peer);

@@ -42,10 +42,11 @@ public:
   // Whether the step's messages move device memory (NCCL links) rather than host memory (MPI).
   bool device() const { return nccl_; }
 
-  // Posts every receive of this rank's step (its RECV_ACT/RECV_GRAD actions), message m into
+  // Posts every receive of the step list `actions` (its RECV_ACT/RECV_GRAD), message m into
   // buffer(m): n floats in the memory device() says. NCCL links carry no tags, so each link's
   // receives are queued in the order its sender sends them, whatever order the actions need.
-  std::map<Msg, Handle> receive_step(const std::function<float*(const Msg&)>& buffer);
+  std::map<Msg, Handle> receive_step(const std::vector<schedule::Action>& actions,
+                                     const std::function<float*(const Msg&)>& buffer);
   // Starts sending x[0, n), left unchanged until wait(): (dir, mb, chunk) are this rank's, peer
   // the receiving pipeline rank.
   Handle start_send(const float* x, int dir, int mb, int chunk, int peer);

@@ -14,16 +14,35 @@
 namespace pt {
 namespace {
 
-// MPI_Allreduce under the watchdog: in place on host memory, or on a host copy of a GPU
-// backend's memory (MPI sees host memory only, whatever its single-copy mechanism).
+// MPI under the watchdog: on the host memory itself, or on host copies of a GPU backend's memory
+// (MPI sees host memory only, whatever its single-copy mechanism).
 class MpiReducer final : public GroupReducer {
 public:
   MpiReducer(MPI_Comm comm, std::string what, const Watchdog& watchdog, const Backend& be)
       : comm_(comm), what_(std::move(what)), watchdog_(watchdog), be_(be) {
     PT_MPI(MPI_Comm_rank(comm_, &rank_));
+    PT_MPI(MPI_Comm_size(comm_, &size_));
   }
   void sum(float* x, std::size_t n) override { reduce(x, n, MPI_SUM); }
   void max(float* x, std::size_t n) override { reduce(x, n, MPI_MAX); }
+  void reduce_scatter(float* out, const float* x, std::size_t n) override {
+    const float* in = to_host(x, n * size_, host_in_);
+    float* res = result(out, n);
+    MPI_Request req;
+    PT_MPI(
+        MPI_Ireduce_scatter_block(in, res, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_, &req));
+    watchdog_.wait(req, what_ + " (reduce-scatter)");
+    from_host(out, res, n);
+  }
+  void all_gather(float* out, const float* in, std::size_t n) override {
+    const float* src = to_host(in, n, host_in_);
+    float* res = result(out, n * size_);
+    MPI_Request req;
+    PT_MPI(MPI_Iallgather(src, static_cast<int>(n), MPI_FLOAT, res, static_cast<int>(n), MPI_FLOAT,
+                          comm_, &req));
+    watchdog_.wait(req, what_ + " (all-gather)");
+    from_host(out, res, n * size_);
+  }
 
 private:
   void reduce(float* x, std::size_t n, MPI_Op op) {
@@ -32,27 +51,37 @@ private:
       withheld_ = true; // test-only: this rank never joins; the others' watchdog must name it
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
-    float* data = x;
-    if (!be_.on_host()) {
-      host_.resize(n);
-      be_.copy(host_.data(), x, n * sizeof(float));
-      be_.synchronize();
-      data = host_.data();
-    }
+    float* data = const_cast<float*>(to_host(x, n, host_in_));
     watchdog_.allreduce(data, static_cast<int>(n), MPI_FLOAT, op, comm_, what_);
-    if (!be_.on_host()) {
-      be_.copy(x, host_.data(), n * sizeof(float));
-      be_.synchronize();
-    }
+    from_host(x, data, n);
+  }
+  // x itself on the host backend, else a host copy of its n floats in `host`
+  const float* to_host(const float* x, std::size_t n, CountedVector<float>& host) const {
+    if (be_.on_host()) return x;
+    host.resize(n);
+    be_.copy(host.data(), x, n * sizeof(float));
+    be_.synchronize();
+    return host.data();
+  }
+  // where MPI writes n floats meant for out: out itself, or host_out_
+  float* result(float* out, std::size_t n) {
+    if (be_.on_host()) return out;
+    host_out_.resize(n);
+    return host_out_.data();
+  }
+  void from_host(float* x, const float* host, std::size_t n) const {
+    if (be_.on_host()) return;
+    be_.copy(x, host, n * sizeof(float));
+    be_.synchronize();
   }
 
   MPI_Comm comm_;
   std::string what_;
   const Watchdog& watchdog_;
   const Backend& be_;
-  int rank_ = 0;
+  int rank_ = 0, size_ = 1;
   bool withheld_ = false;
-  CountedVector<float> host_; // GPU backend: the host copy MPI reduces
+  CountedVector<float> host_in_, host_out_; // GPU backend: the host copies MPI works on
 };
 
 // NCCL on device memory, queued on the backend's stream in order with the ops.
@@ -61,6 +90,12 @@ public:
   explicit NcclReducer(std::unique_ptr<cuda::NcclComm> nccl) : nccl_(std::move(nccl)) {}
   void sum(float* x, std::size_t n) override { nccl_->sum(x, n); }
   void max(float* x, std::size_t n) override { nccl_->max(x, n); }
+  void reduce_scatter(float* out, const float* x, std::size_t n) override {
+    nccl_->reduce_scatter(out, x, n);
+  }
+  void all_gather(float* out, const float* in, std::size_t n) override {
+    nccl_->all_gather(out, in, n);
+  }
 
 private:
   std::unique_ptr<cuda::NcclComm> nccl_;

@@ -9,9 +9,10 @@
 
 namespace pt {
 
-enum class DeviceKind { host, cuda };                                // device.kind
-enum class Precision { fp32, tf32, bf16 };                           // device.precision
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };  // parallel.schedule
+enum class DeviceKind { host, cuda };      // device.kind
+enum class Precision { fp32, tf32, bf16 }; // device.precision
+// parallel.schedule
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipev, two_bw };
 enum class PartitionKind { uniform, params, time, explicit_layers }; // parallel.partition
 enum class Overlap { none, thread, poll };                           // comm.overlap
 enum class GpuTransport { automatic, nccl, mpi };                    // comm.gpu_collectives/p2p
@@ -56,6 +57,12 @@ constexpr const char* name(ScheduleKind s) {
     return "interleaved";
   case ScheduleKind::zb_h1:
     return "zb-h1";
+  case ScheduleKind::zb_v:
+    return "zb-v";
+  case ScheduleKind::dualpipev:
+    return "dualpipev";
+  case ScheduleKind::two_bw:
+    return "2bw";
   }
   return "?";
 }

@@ -23,7 +23,7 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
       {"model", {"n_layer", "n_head", "d_model", "seq_len", "vocab_size", "tie_embeddings"}},
       {"parallel",
        {"pp", "dp", "tp", "virtual_stages", "schedule", "micro_batches", "partition",
-        "allow_tp_across_nodes", "zero"}},
+        "allow_tp_across_nodes", "zero", "sequence_parallel"}},
       {"train",
        {"steps", "global_batch", "micro_batch", "lr", "min_lr", "warmup_steps", "weight_decay",
         "grad_clip", "beta1", "beta2", "eps", "seed", "recompute"}},
@@ -374,9 +374,10 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.parallel.tp = static_cast<int>(r.get_int("parallel", "tp", 1, 1, 65536));
   c.parallel.dp = static_cast<int>(r.get_int("parallel", "dp", 0, 0, 1 << 24));
   c.parallel.virtual_stages = static_cast<int>(r.get_int("parallel", "virtual_stages", 1, 1, 64));
-  c.parallel.schedule = r.get_enum("parallel", "schedule", ScheduleKind::one_f_one_b,
-                                   {ScheduleKind::gpipe, ScheduleKind::one_f_one_b,
-                                    ScheduleKind::interleaved, ScheduleKind::zb_h1});
+  c.parallel.schedule = r.get_enum(
+      "parallel", "schedule", ScheduleKind::one_f_one_b,
+      {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+       ScheduleKind::zb_h1, ScheduleKind::zb_v, ScheduleKind::dualpipev, ScheduleKind::two_bw});
   c.parallel.micro_batches = static_cast<int>(r.get_int("parallel", "micro_batches", 0, 0, kBig));
   if (const toml::node* p = r.raw("parallel", "partition"); p != nullptr && p->is_array()) {
     c.parallel.partition = PartitionKind::explicit_layers;
@@ -498,6 +499,20 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   const int tp = c.parallel.tp;
   c.parallel.allow_tp_across_nodes = r.get_bool("parallel", "allow_tp_across_nodes", false);
   c.parallel.zero = static_cast<int>(r.get_int("parallel", "zero", 0, 0, 1));
+  c.parallel.sequence_parallel = r.get_bool("parallel", "sequence_parallel", false);
+  if (c.parallel.sequence_parallel && tp < 2) {
+    r.fail("parallel", "sequence_parallel",
+           "= true needs parallel.tp > 1: it splits the rows of the tensor-parallel group's "
+           "replicated activations; set parallel.tp or remove the key");
+  }
+  if (c.parallel.sequence_parallel &&
+      (static_cast<long long>(c.train.micro_batch) * c.model.seq_len) % tp != 0) {
+    r.fail("parallel", "sequence_parallel",
+           "= true splits a micro-batch's micro_batch * seq_len = " +
+               std::to_string(static_cast<long long>(c.train.micro_batch) * c.model.seq_len) +
+               " token rows over parallel.tp = " + std::to_string(tp) +
+               " ranks, which does not divide them: pick a seq_len or micro_batch that tp divides");
+  }
   if (c.model.vocab_size % tp != 0) {
     r.fail("parallel", "tp",
            "= " + std::to_string(tp) +
@@ -547,6 +562,13 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
     r.fail("parallel", "zero",
            "= 1 runs on the host backend only so far (the CUDA backend's sharded update is not "
            "written); use parallel.zero = 0 with device.kind = \"cuda\"");
+  }
+  if (c.parallel.schedule == ScheduleKind::two_bw &&
+      (c.parallel.zero == 1 || c.device.kind == DeviceKind::cuda)) {
+    r.fail("parallel", "schedule",
+           "= \"2bw\" runs on the host backend without ZeRO-1 so far (its two weight versions "
+           "are not written for the CUDA backend or a sharded optimizer); use device.kind = "
+           "\"host\" and parallel.zero = 0, or another schedule");
   }
   if (c.parallel.zero == 1 && c.comm.overlap != Overlap::none) {
     r.fail("parallel", "zero",

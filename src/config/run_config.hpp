@@ -31,6 +31,8 @@ struct ParallelConfig {
   std::vector<int> partition_layers;  // explicit_layers: the deck's list
   bool allow_tp_across_nodes = false; // a tp group spanning nodes is an error unless set
   int zero = 0; // 1: ZeRO-1, AdamW's state and update sharded over dp (docs/memory.md)
+  // tp > 1: the residual stream and its norms on N/tp rows per rank (docs/tensor-parallel.md)
+  bool sequence_parallel = false;
 };
 
 struct TrainConfig {

@@ -37,7 +37,8 @@ double buf(double n) {
 
 // The shapes of one stage of this rank (gpt_stage.hpp's letters).
 struct Shape {
-  double B, T, C, Ct, NH, F, V, N;
+  double B, T, C, Ct, NH, F, V, N, R;
+  bool sp;
   explicit Shape(const RunConfig& cfg) {
     const ModelConfig& m = cfg.model;
     const double tp = cfg.parallel.tp;
@@ -49,14 +50,18 @@ struct Shape {
     F = 4 * C / tp;
     V = m.vocab_size / tp;
     N = B * T;
+    sp = cfg.parallel.sequence_parallel;
+    R = sp ? N / tp : N;
   }
   // every activation of one block (GptStage::make_block_activations)
   double block() const {
-    return 4 * buf(N * C) + 4 * buf(N) + buf(3 * N * Ct) + buf(B * NH * T * T) + buf(N * Ct) +
-           2 * buf(N * F) + buf(N * C);
+    return 4 * buf(R * C) + 4 * buf(R) + buf(3 * N * Ct) + buf(B * NH * T * T) + buf(N * Ct) +
+           2 * buf(N * F);
   }
   // a block's stash of the backward-input half (GptStage::make_stash)
-  double block_stash() const { return buf(N * F) + 4 * buf(N * C) + buf(3 * N * Ct); }
+  double block_stash() const {
+    return buf(N * F) + 4 * buf(R * C) + buf(3 * N * Ct) + (sp ? 2 * buf(N * C) : 0.0);
+  }
 };
 
 // One micro-batch's activations of a stage (GptStage::make_activations).
@@ -64,15 +69,15 @@ double slot_bytes(const Shape& s, const StageSpec& spec, Recompute rc) {
   const int blocks = spec.layer_end - spec.layer_begin;
   double per_block = s.block();
   if (rc == Recompute::selective) per_block -= buf(s.B * s.NH * s.T * s.T);
-  if (rc == Recompute::full) per_block = buf(s.N * s.C);
-  double b = 2 * buf(s.N) + buf(s.N * s.C) + blocks * per_block;
-  if (spec.last) b += buf(s.N * s.C) + 3 * buf(s.N) + buf(s.N * s.V);
+  if (rc == Recompute::full) per_block = buf(s.R * s.C);
+  double b = 2 * buf(s.N) + buf(s.R * s.C) + blocks * per_block;
+  if (spec.last) b += buf(s.R * s.C) + 2 * buf(s.R) + buf(s.N) + buf(s.N * s.V);
   return b;
 }
 
 // The whole-stage stash of a split backward, or backward()'s one-block stash.
 double stash_bytes(const Shape& s, const StageSpec& spec, int blocks) {
-  return blocks * s.block_stash() + (spec.last ? 2 * buf(s.N * s.C) : 0.0) + buf(s.N * s.C);
+  return blocks * s.block_stash() + (spec.last ? 2 * buf(s.R * s.C) : 0.0) + buf(s.R * s.C);
 }
 
 // Floats of scratch the dp all-reduce keeps for a bucket of n floats over p ranks, g per node
@@ -127,6 +132,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     const ParamLayout layout(m, spec, 0, cfg.parallel.tp);
     const double P = buf(static_cast<double>(layout.total()));
     e.params += 2 * P + (spec.last && m.tie_embeddings ? buf(s.V * s.C) : 0.0);
+    if (cfg.parallel.schedule == ScheduleKind::two_bw) e.params += P; // the older version
     const auto bucket_floats = static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0);
     const std::vector<GradBucket> buckets = make_buckets(layout, bucket_floats);
     for (const GradBucket& k : buckets) largest_bucket = std::max(largest_bucket, k.count);
@@ -151,6 +157,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     e.activations += peak * slot;
     e.workspace += buf(s.N * s.F) + buf(s.N * s.Ct) + buf(s.T * s.T) +
                    (spec.last && cfg.parallel.tp > 1 ? 3 * buf(s.N) : 0.0) +
+                   (s.sp ? 2 * buf(s.N * s.C) : 0.0) + // gathered rows, partial sums
                    (fused ? stash_bytes(s, spec, 1) : 0.0) +
                    (rc == Recompute::selective ? buf(s.B * s.NH * s.T * s.T) : 0.0) +
                    (rc == Recompute::full ? s.block() : 0.0);
@@ -160,7 +167,12 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
   const bool gpu = cfg.device.kind == DeviceKind::cuda;
   for (const schedule::Action& a : actions) {
     const bool host_msg = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_GRAD;
-    if (gpu ? a.op == Op::RECV_GRAD : host_msg) e.messages += buf(s.N * s.C);
+    if (gpu ? a.op == Op::RECV_GRAD : host_msg) e.messages += buf(s.R * s.C);
+    // V placement: an input gradient handed to this rank's previous chunk
+    const int st = sched.stage_of(pp_rank, a.chunk);
+    if ((a.op == Op::B || a.op == Op::BI) && st > 0 && sched.rank_of(st - 1) == pp_rank) {
+      e.messages += buf(s.R * s.C);
+    }
   }
   // ZeRO-1: a padded bucket and the exchange's scratch; else the dp all-reduce's scratch
   e.comm += 2.0 * sizeof(float) * static_cast<double>(zero_widest);

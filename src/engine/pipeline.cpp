@@ -16,11 +16,18 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
                                const Watchdog& watchdog,
                                std::vector<std::unique_ptr<cuda::NcclLink>> links)
     : cfg_(cfg), layout_(layout), sched_(sched), chunks_(chunks), watchdog_(watchdog),
-      actions_(sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), p_(sched.p), v_(sched.v),
-      me_(layout.coords().pp), N_(cfg.train.micro_batch * cfg.model.seq_len), C_(cfg.model.d_model),
+      actions_(&sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), p_(sched.p),
+      v_(sched.v), me_(layout.coords().pp), N_(chunks.front()->rows()), C_(cfg.model.d_model),
       transport_(layout.pp_comm(), sched, me_, watchdog, std::move(links),
                  static_cast<std::size_t>(N_) * C_) {
-  loss_scale_ = 1.0f / (static_cast<float>(N_) * sched.m * layout.dp());
+  const int tokens = cfg.train.micro_batch * cfg.model.seq_len; // per micro-batch
+  loss_scale_ = 1.0f / (static_cast<float>(tokens) * cfg.parallel.micro_batches * layout.dp());
+  if (cfg.parallel.schedule == ScheduleKind::two_bw) { // the step lists it runs (schedule.hpp)
+    const int m = cfg.parallel.micro_batches;
+    for (int k = 0; k < 8; ++k) {
+      async_lists_.push_back(schedule::two_bw_step(p_, m, k % 2, (k / 2) % 2 == 1, k / 4 == 1));
+    }
+  }
   slots_.resize(static_cast<std::size_t>(v_));
   free_.resize(static_cast<std::size_t>(v_));
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
@@ -33,22 +40,29 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   const Memory mem{be.alloc, be.release};
   const Memory msg_mem = transport_.device() ? mem : Memory{};
   const bool copies = staged_ && !transport_.device();
-  for (const Action& a : actions_) {
-    if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
-      recv_buf_.emplace(MsgKey{a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk},
-                        FloatBuffer(NC, msg_mem));
-      if (copies && a.op == Op::RECV_GRAD)
-        grad_dev_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC, mem));
-    } else if (a.op == Op::SEND_GRAD) {
-      grad_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC, msg_mem));
-    } else if (a.op == Op::SEND_ACT && copies) {
-      act_send_buf_.emplace(Key{a.mb, a.chunk}, FloatBuffer(NC));
+  std::vector<const std::vector<Action>*> lists{actions_}; // 2bw: every step list it may run
+  for (const schedule::Schedule& l : async_lists_) {
+    lists.push_back(&l.ranks[static_cast<std::size_t>(me_)]);
+  }
+  for (const std::vector<Action>* list : lists) {
+    for (const Action& a : *list) {
+      if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
+        recv_buf_.try_emplace(MsgKey{a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}, NC, msg_mem);
+        if (copies && a.op == Op::RECV_GRAD) grad_dev_.try_emplace(Key{a.mb, a.chunk}, NC, mem);
+      } else if (a.op == Op::SEND_GRAD) {
+        grad_send_buf_.try_emplace(Key{a.mb, a.chunk}, NC, msg_mem);
+      } else if ((a.op == Op::B || a.op == Op::BI) && local_neighbour(a.chunk, -1) >= 0) {
+        // V placement: the input gradient goes to this rank's previous chunk, in backend memory
+        grad_send_buf_.try_emplace(Key{a.mb, a.chunk}, NC, mem);
+      } else if (a.op == Op::SEND_ACT && copies) {
+        act_send_buf_.try_emplace(Key{a.mb, a.chunk}, NC);
+      }
     }
   }
   // Every activation slot (and stash) the list needs at its peak is made now, not at its first
   // use: freeing (and maybe allocating) GPU memory waits for the device's other streams, where
   // NCCL receives are queued that only a peer's sends complete.
-  const std::vector<schedule::ChunkUse> use = schedule::chunk_use(actions_, v_);
+  const std::vector<schedule::ChunkUse> use = schedule::chunk_use(*actions_, v_);
   split_.assign(static_cast<std::size_t>(v_), false);
   for (int c = 0; c < v_; ++c) {
     const schedule::ChunkUse& u = use[static_cast<std::size_t>(c)];
@@ -58,25 +72,13 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
     for (int i = 0; i < u.peak_live; ++i) release(c, -1 - i);
   }
   if (staged_) eval_buf_ = FloatBuffer(NC);
-  last_weight_action_.assign(static_cast<std::size_t>(v_), actions_.size());
-  for (std::size_t i = 0; i < actions_.size(); ++i) {
-    if (actions_[i].op == Op::B || actions_[i].op == Op::BW) {
-      last_weight_action_[static_cast<std::size_t>(actions_[i].chunk)] = i;
-    }
-  }
   drop_first_send_ = test_hooks().drop_send && me_ == 0;
 }
 
-std::size_t PipelineEngine::activation_bytes() const {
-  std::size_t b = 0;
-  for (const auto& chunk : slots_) {
-    for (const auto& s : chunk) b += s->acts.bytes();
-  }
-  for (const auto& [k, buf] : recv_buf_) b += buf.bytes();
-  for (const auto& [k, buf] : grad_send_buf_) b += buf.bytes();
-  for (const auto& [k, buf] : grad_dev_) b += buf.bytes();
-  for (const auto& [k, buf] : act_send_buf_) b += buf.bytes();
-  return b;
+int PipelineEngine::local_neighbour(int chunk, int dir) const {
+  const int st = sched_.stage_of(me_, chunk) + dir;
+  if (st < 0 || st >= sched_.stages() || sched_.rank_of(st) != me_) return -1;
+  return sched_.chunk_of(st);
 }
 
 PipelineEngine::Slot& PipelineEngine::acquire(int chunk, int mb) {
@@ -110,6 +112,9 @@ float* PipelineEngine::recv_buffer(int dir, int mb, int chunk) {
 
 const float* PipelineEngine::received_grad(GptStage& stage, int mb, int chunk) {
   if (stage.spec().last) return nullptr;
+  if (const int next = local_neighbour(chunk, +1); next >= 0) {
+    return grad_send_buf_.at({mb, next}).data(); // written by this rank's next chunk
+  }
   const float* host = recv_buffer(1, mb, chunk);
   if (!staged_ || transport_.device())
     return host; // host memory that the stage reads, or backend memory
@@ -136,31 +141,37 @@ struct PipelineEngine::Step {
   const Sampler& sampler;
   StepTimes& t;
   std::map<MsgKey, PipeTransport::Handle> recv;
-  std::map<Key, PipeTransport::Handle> act_sends;
   std::vector<PipeTransport::Handle> grad_sends;
   double loss_sum = 0.0;
   bool dropped = false; // test hook drop_send: the first SEND_ACT was skipped
 };
 
-double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
+double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t, bool drain) {
   const double t_start = MPI_Wtime();
+  const std::vector<Action>& actions = step_list(step, drain);
+  // the chunk's last weight-gradient action: its layers' gradients become final one by one
+  std::vector<std::size_t> last_weight(static_cast<std::size_t>(v_), actions.size());
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (actions[i].op == Op::B || actions[i].op == Op::BW) {
+      last_weight[static_cast<std::size_t>(actions[i].chunk)] = i;
+    }
+  }
   // every receive of the step is posted before any action runs
-  Step st{step,
-          static_cast<std::int64_t>(layout_.coords().dp) * sched_.m * cfg_.train.micro_batch,
-          sampler,
-          t,
-          transport_.receive_step([this](const MsgKey& k) { return recv_buf_.at(k).data(); }),
-          {},
-          {}};
-  for (std::size_t ai = 0; ai < actions_.size(); ++ai) {
-    const Action& a = actions_[ai];
+  Step st{
+      step,
+      static_cast<std::int64_t>(layout_.coords().dp) * cfg_.parallel.micro_batches *
+          cfg_.train.micro_batch,
+      sampler,
+      t,
+      transport_.receive_step(actions, [this](const MsgKey& k) { return recv_buf_.at(k).data(); }),
+      {}};
+  for (std::size_t ai = 0; ai < actions.size(); ++ai) {
+    const Action& a = actions[ai];
     GptStage& stage = *chunks_[static_cast<std::size_t>(a.chunk)];
     GradSync* sync = a.chunk < static_cast<int>(sync_.size())
                          ? sync_[static_cast<std::size_t>(a.chunk)]
                          : nullptr;
-    // the chunk's last weight-gradient action: its layers' gradients become final one by one
-    const bool hook =
-        sync != nullptr && ai == last_weight_action_[static_cast<std::size_t>(a.chunk)];
+    const bool hook = sync != nullptr && ai == last_weight[static_cast<std::size_t>(a.chunk)];
     if (hook) stage.set_weight_grad_hook([sync](int layer) { sync->layer_done(layer); });
     execute(a, stage, st);
     if (hook) stage.set_weight_grad_hook({});
@@ -168,12 +179,33 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t) {
       if (g != nullptr) g->poll();
     }
   }
-  for (auto& [k, req] : st.act_sends) {
-    t.wait_s += transport_.wait(req, "completion of SEND_ACT(mb " + std::to_string(k.first) + ")");
+  // activation sends of micro-batches still live (2bw: the next step's) complete later
+  for (auto it = act_sends_.begin(); it != act_sends_.end();) {
+    if (live_.count(it->first)) {
+      ++it;
+      continue;
+    }
+    t.wait_s += transport_.wait(it->second, "completion of SEND_ACT(mb " +
+                                                std::to_string(it->first.first) + ")");
+    it = act_sends_.erase(it);
   }
   for (auto& req : st.grad_sends) t.wait_s += transport_.wait(req, "completion of SEND_GRAD");
+  for (auto& c : chunks_) c->use_weights(nullptr);
   t.pipeline_s = MPI_Wtime() - t_start;
   return st.loss_sum;
+}
+
+const std::vector<Action>& PipelineEngine::step_list(int step, bool drain) {
+  if (async_lists_.empty()) return *actions_;
+  const int k = step % 2 + (warm_ ? 2 : 0) + (drain ? 4 : 0);
+  warm_ = drain; // the next list starts with the warm-up forwards after a drained one
+  return async_lists_[static_cast<std::size_t>(k)].ranks[static_cast<std::size_t>(me_)];
+}
+
+std::pair<int, int> PipelineEngine::step_of(const Step& st, int mb) const {
+  if (async_lists_.empty()) return {st.step, mb};
+  const int m = cfg_.parallel.micro_batches; // 2bw: ids (step % 2) * m + j
+  return {mb / m == st.step % 2 ? st.step : st.step + 1, mb % m};
 }
 
 void PipelineEngine::timed(Step& st, int op, const std::function<void()>& fn) {
@@ -187,10 +219,10 @@ void PipelineEngine::timed(Step& st, int op, const std::function<void()>& fn) {
 
 // A micro-batch's activation send must be complete before its slot is reused.
 void PipelineEngine::finish_slot(Step& st, int chunk, int mb) {
-  if (auto it = st.act_sends.find({mb, chunk}); it != st.act_sends.end()) {
+  if (auto it = act_sends_.find({mb, chunk}); it != act_sends_.end()) {
     st.t.wait_s += transport_.wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) +
                                                    ", chunk " + std::to_string(chunk) + ")");
-    st.act_sends.erase(it);
+    act_sends_.erase(it);
   }
   release(chunk, mb);
 }
@@ -208,14 +240,18 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     return;
   case Op::F: {
     Slot& s = acquire(a.chunk, a.mb);
+    const auto [step, j] = step_of(st, a.mb);
+    if (weights_for_) stage.use_weights(weights_for_(a.chunk, step));
     return timed(st, 0, [&] {
       if (stage.spec().first || stage.spec().last) {
-        st.sampler.fill(st.step, st.first_sample + static_cast<std::int64_t>(a.mb) * B, B,
+        st.sampler.fill(step, st.first_sample + static_cast<std::int64_t>(j) * B, B,
                         s.acts.tokens.data(), s.acts.targets.data());
       }
       if (!stage.spec().first) {
-        stage.backend().copy(s.acts.input.data(), recv_buffer(0, a.mb, a.chunk),
-                             NC * sizeof(float));
+        const int prev = local_neighbour(a.chunk, -1);
+        const float* in =
+            prev >= 0 ? stage_output(live_.at({a.mb, prev})->acts) : recv_buffer(0, a.mb, a.chunk);
+        stage.backend().copy(s.acts.input.data(), in, NC * sizeof(float));
       }
       st.loss_sum += stage.forward(s.acts);
     });
@@ -229,11 +265,12 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     if (staged_ && !transport_.device()) {
       out = sendable(stage, out, act_send_buf_.at({a.mb, a.chunk}));
     }
-    st.act_sends[{a.mb, a.chunk}] = transport_.start_send(out, 0, a.mb, a.chunk, a.peer);
+    act_sends_[{a.mb, a.chunk}] = transport_.start_send(out, 0, a.mb, a.chunk, a.peer);
     return;
   }
   case Op::B: {
     Slot& s = *live_.at({a.mb, a.chunk});
+    if (weights_for_) stage.use_weights(weights_for_(a.chunk, step_of(st, a.mb).first));
     timed(st, 1, [&] {
       const float* dout = received_grad(stage, a.mb, a.chunk);
       float* d_input = stage.spec().first ? nullptr : grad_send_buf_.at({a.mb, a.chunk}).data();
@@ -262,6 +299,8 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     st.grad_sends.push_back(
         transport_.start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1, a.mb, a.chunk, a.peer));
     return;
+  case Op::STEP: // only in the unrolled lists the validator proves
+    return;
   }
 }
 
@@ -271,6 +310,7 @@ double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
   double sum = 0.0;
   // a plain forward chain per batch; virtual stages in order, so the chain never waits on itself
   for (int j = layout_.coords().dp; j < batches; j += layout_.dp()) {
+    const float* local = nullptr; // the previous stage's output when it ran on this rank
     for (int st = 0; st < S; ++st) {
       if (sched_.rank_of(st) != me_) continue;
       const int c = sched_.chunk_of(st);
@@ -282,14 +322,17 @@ double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
       }
       const std::string at =
           "(validation batch " + std::to_string(j) + ", chunk " + std::to_string(c) + ") ";
-      if (st > 0) {
+      if (st > 0 && sched_.rank_of(st - 1) == me_) {
+        stage.backend().copy(s.acts.input.data(), local, s.acts.input.bytes());
+      } else if (st > 0) {
         float* in = staged_ ? eval_buf_.data() : s.acts.input.data();
         const int from = sched_.rank_of(st - 1);
         transport_.recv(in, 0, 0, c, from, "RECV_ACT" + at + "from rank " + std::to_string(from));
         if (staged_) stage.backend().copy(s.acts.input.data(), in, eval_buf_.bytes());
       }
       sum += stage.forward(s.acts);
-      if (st < S - 1) {
+      local = stage_output(s.acts); // its slot is not reused before the next stage reads it
+      if (st < S - 1 && sched_.rank_of(st + 1) != me_) {
         const int to = sched_.rank_of(st + 1);
         transport_.send(sendable(stage, stage_output(s.acts), eval_buf_), 0, 0, c, to,
                         "completion of SEND_ACT" + at + "to rank " + std::to_string(to));
@@ -299,7 +342,7 @@ double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
   }
   watchdog_.allreduce(&sum, 1, MPI_DOUBLE, MPI_SUM, layout_.dp_comm(),
                       "the validation loss's sum over data-parallel ranks");
-  watchdog_.bcast(&sum, 1, MPI_DOUBLE, p_ - 1, layout_.pp_comm(),
+  watchdog_.bcast(&sum, 1, MPI_DOUBLE, sched_.rank_of(S - 1), layout_.pp_comm(),
                   "the validation loss from the last pipeline rank");
   return sum / batches;
 }

@@ -43,7 +43,9 @@ public:
 
   // Runs the step's action list. Returns the sum of the micro-batch mean losses this rank
   // computed (the last virtual stage's rank; 0 elsewhere). Gradients accumulate into the chunks.
-  double run(int step, const Sampler& sampler, StepTimes& times);
+  // drain: 2bw only, this step's list ends with the cool-down instead of the next step's first
+  // forwards (other schedules always drain).
+  double run(int step, const Sampler& sampler, StepTimes& times, bool drain = true);
 
   // Forward only over `batches` micro-batches drawn from `sampler` (validation), the batches split
   // over data-parallel replicas. Returns the mean loss on every rank.
@@ -53,8 +55,11 @@ public:
   // layer's weight gradients, and polled between actions (comm.overlap).
   void set_grad_sync(std::vector<GradSync*> sync) { sync_ = std::move(sync); }
 
-  // Bytes of the activation slots allocated so far (their number follows the schedule's peak).
-  std::size_t activation_bytes() const;
+  // 2bw: the weights a chunk computes a micro-batch of optimizer step `step` with (null: its
+  // newest, GptStage::params()).
+  void set_weights_for(std::function<float*(int chunk, int step)> f) {
+    weights_for_ = std::move(f);
+  }
 
 private:
   struct Slot {
@@ -65,9 +70,14 @@ private:
   using MsgKey = PipeTransport::Msg; // (dir 0 activation / 1 gradient, mb, chunk)
   struct Step;                       // one run()'s messages in flight, loss and times
   void execute(const schedule::Action& a, GptStage& stage, Step& st);
+  const std::vector<schedule::Action>& step_list(int step, bool drain);
+  std::pair<int, int> step_of(const Step& st, int mb) const;     // (optimizer step, j) of an id
   void timed(Step& st, int op, const std::function<void()>& fn); // compute, into st's times
   void finish_slot(Step& st, int chunk, int mb);                 // after B/BW: send done, slot free
   Slot& acquire(int chunk, int mb);
+  // The chunk of this rank that runs the virtual stage after (dir +1) or before (-1) chunk's, or
+  // -1 when another rank does (V placement hands micro-batches between chunks of one rank).
+  int local_neighbour(int chunk, int dir) const;
   void release(int chunk, int mb);
   float* recv_buffer(int dir, int mb, int chunk);
   // The received output gradient of (mb, chunk) where the stage can read it (null on the last
@@ -82,8 +92,12 @@ private:
   const schedule::Schedule& sched_;
   std::vector<std::unique_ptr<GptStage>>& chunks_;
   const Watchdog& watchdog_;
-  const std::vector<schedule::Action>& actions_;
-  int p_, v_, me_, N_, C_;
+  const std::vector<schedule::Action>* actions_; // the schedule's list (2bw: unrolled steps)
+  std::vector<schedule::Schedule> async_lists_;  // 2bw: step lists by parity, warm, drain
+  bool warm_ = true;                             // 2bw: the next list starts with its warm-up
+  std::function<float*(int, int)> weights_for_;
+  std::map<Key, PipeTransport::Handle> act_sends_; // outstanding activation sends
+  int p_, v_, me_, N_, C_; // N_: rows of a message (the stages' residual rows)
   float loss_scale_;
   PipeTransport transport_; // every message (evaluate()'s over MPI, whatever the links)
 
@@ -102,7 +116,6 @@ private:
   std::map<Key, FloatBuffer> act_send_buf_; // activations copied out for SEND_ACT
   FloatBuffer eval_buf_;                    // evaluate()'s messages
   std::vector<GradSync*> sync_;
-  std::vector<std::size_t> last_weight_action_; // per chunk: its last B or BW in actions_
   bool drop_first_send_ = false; // test-only (util/test_hooks.hpp): the watchdog test
 };
 

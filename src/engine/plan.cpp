@@ -54,10 +54,11 @@ BlockCosts profile_costs(const RunConfig& cfg, MPI_Comm world) {
 // The memory model's estimate per pipeline rank (every dp and tp rank of it alike), in MiB.
 void print_memory(const RunConfig& cfg, const Plan& plan) {
   const double mib = 1048576.0;
-  std::printf("== memory (predicted per rank, MiB; recompute %s; docs/memory.md) ==\n"
+  std::printf("== memory (predicted per rank, MiB; recompute %s%s; docs/memory.md) ==\n"
               "  pp rank  params+grads  optimizer  activations (slots x each)  pipeline  "
               "workspace     total\n",
-              name(cfg.train.recompute));
+              name(cfg.train.recompute),
+              cfg.parallel.sequence_parallel ? "; sequence parallel" : "");
   for (std::size_t r = 0; r < plan.memory.size(); ++r) {
     const MemoryEstimate& e = plan.memory[r];
     std::printf("  %7zu  %12.2f  %9.2f  %11.2f (%2d x %8.2f)  %8.2f  %9.2f  %8.2f\n", r,
@@ -134,7 +135,7 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   std::printf("  schedule: %s, pp %d, v %d, m %d; predicted bubble %.1f%% (T_F = 1, T_B = 2); "
               "peak live micro-batches per pp rank:",
               name(cfg.parallel.schedule), cfg.parallel.pp, cfg.parallel.virtual_stages,
-              cfg.parallel.micro_batches, 100.0 * plan.predicted.mean_bubble);
+              cfg.parallel.micro_batches, 100.0 * schedule::step_bubble(plan.predicted));
   for (int n : plan.peak_live) std::printf(" %d", n);
   std::printf("\n  backend: %s, precision %s, BLAS %s\n", name(cfg.device.kind),
               name(cfg.device.precision),

@@ -38,7 +38,8 @@ std::pair<double, double> bubble_of(const Run& run, const StepTimes& times) {
     const double* a = all.data() + 4 * r;
     costs.push_back(schedule::Costs{a[0], a[1], a[2], a[3], 0.0});
   }
-  return {1.0 - compute / p / span, schedule::simulate(run.plan.schedule, costs).mean_bubble};
+  return {1.0 - compute / p / span,
+          schedule::step_bubble(schedule::simulate(run.plan.schedule, costs))};
 }
 
 // Memory so far, the largest rank's: measured (the peak of pipetrain's allocations), predicted

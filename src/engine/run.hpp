@@ -55,7 +55,7 @@ struct Run {
   std::string staged_why, p2p_why;         // why not, when not
   std::unique_ptr<GroupReducer> tp_reduce; // tp > 1; shared by the chunks (one at a time)
   std::unique_ptr<GroupReducer> embedding_reduce; // tied embedding across the first/last stage
-  std::vector<std::unique_ptr<GptStage>> chunks;  // chunk c: virtual stage c*pp + pp rank
+  std::vector<std::unique_ptr<GptStage>> chunks;  // chunk c: plan.schedule.stage_of(pp rank, c)
   std::vector<std::unique_ptr<AdamW>> opts;
   ParamLayout whole; // every tensor of the model, in model order
   std::map<std::string, std::size_t> tensor_index;
@@ -64,6 +64,10 @@ struct Run {
   std::vector<std::unique_ptr<GradSync>> syncs; // per chunk; none without data parallelism
   // parallel.zero = 1: per chunk, its ZeRO-1 shard (in place of opts and syncs)
   std::vector<std::unique_ptr<ZeroShard>> zero;
+  // schedule = "2bw": per chunk, the weights one version older than its params() (W(u-1) where
+  // params() holds W(u), u = newest, the optimizer steps done), for the micro-batches in flight
+  std::vector<FloatBuffer> older;
+  int newest = 0;
   double peak_flops = 0.0;  // every rank's measured GEMM rate, summed
   int replicas_checked = 0; // test hook check_tp_replicas
 };
@@ -80,7 +84,8 @@ struct StepResult {
 // One optimizer step (collective): zero the gradients, run the schedule, finish the gradients
 // (tied head, dp reduction, tied embedding), reduce the loss, the global norm and clipping,
 // AdamW. Throws Error(non_finite) before any update when the loss or norm is not finite.
-StepResult train_step(Run& run, int step, const Sampler& sampler);
+// drain: 2bw only (PipelineEngine::run); 2bw keeps the pre-update weights in run.older.
+StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain = true);
 
 // The run's setup on rank 0's stdout: kernels, threads, peak, where GPU traffic goes.
 void print_run_header(const Run& run);

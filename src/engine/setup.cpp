@@ -138,13 +138,13 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
   return syncs;
 }
 
-// This rank's chunks (virtual stages c*p + pp) with their optimizers and reducers, and the
-// tensors each chunk's gradient norm counts. Every tensor of the model has one index, so the
-// norm is summed in one order in every layout (bit-identical to the single-rank run).
+// This rank's chunks (chunk c: virtual stage schedule.stage_of(pp, c)) with their optimizers and
+// reducers, and the tensors each chunk's gradient norm counts. Every tensor of the model has one
+// index, so the norm is summed in one order in every layout (bit-identical to the single-rank run).
 void make_chunks(Run& run) {
   const RunConfig& cfg = run.cfg;
   const Layout& layout = run.layout;
-  const int p = cfg.parallel.pp, me = layout.coords().pp;
+  const int me = layout.coords().pp;
   if (layout.tp() > 1) {
     run.tp_reduce = make_reducer(
         layout.tp_comm(),
@@ -152,16 +152,22 @@ void make_chunks(Run& run) {
         run.watchdog, run.be,
         run.nccl ? make_nccl(layout.tp_comm(), false, layout.world()) : nullptr);
   }
-  if (layout.embedding_comm() != MPI_COMM_NULL && cfg.model.tie_embeddings) {
+  // (V placement: the embedding and the head share rank 0, step.cpp sums them there)
+  if (layout.embedding_comm() != MPI_COMM_NULL && cfg.model.tie_embeddings &&
+      !run.plan.schedule.vshape) {
     run.embedding_reduce = make_reducer(
         layout.embedding_comm(), "the tied-embedding gradient all-reduce", run.watchdog, run.be);
   }
   for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
-    const TpGroup tp{layout.coords().tp, layout.tp(), run.tp_reduce.get()};
-    run.chunks.push_back(
-        std::make_unique<GptStage>(cfg.model, stage_spec(run.plan.layers, c * p + me),
-                                   cfg.train.micro_batch, tp, run.be, cfg.train.recompute));
+    const TpGroup tp{layout.coords().tp, layout.tp(), run.tp_reduce.get(),
+                     cfg.parallel.sequence_parallel};
+    run.chunks.push_back(std::make_unique<GptStage>(
+        cfg.model, stage_spec(run.plan.layers, run.plan.schedule.stage_of(me, c)),
+        cfg.train.micro_batch, tp, run.be, cfg.train.recompute));
     run.chunks.back()->init_parameters(cfg.train.seed);
+    if (cfg.parallel.schedule == ScheduleKind::two_bw) {
+      run.older.emplace_back(run.chunks.back()->num_params(), Memory{run.be.alloc, run.be.release});
+    }
     if (cfg.parallel.zero == 1) {
       run.zero.push_back(std::make_unique<ZeroShard>(
           run.chunks.back()->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0),
@@ -231,6 +237,12 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
   std::vector<GradSync*> raw;
   for (const auto& s : syncs) raw.push_back(s.get());
   engine->set_grad_sync(raw);
+  if (!older.empty()) { // 2bw: step s computes with W(max(s-1, 0)), params() or older (newest-1)
+    engine->set_weights_for([this](int chunk, int step) -> float* {
+      const int version = std::max(step - 1, 0);
+      return version == newest ? nullptr : older[static_cast<std::size_t>(chunk)].data();
+    });
+  }
   // MFU denominator: every rank's measured matrix-product rate (host sgemm, or cuBLAS at the
   // deck's precision), summed. Ranks sharing a GPU each count it: MFU is then understated.
   peak_flops = cfg.device.kind == DeviceKind::cuda ? cuda::measure_gemm_flops(0.25)

@@ -39,8 +39,23 @@ void check_replicated_grads(std::vector<std::unique_ptr<GptStage>>& chunks, cons
   checked = count;
 }
 
-// The tied embedding's gradient summed over its two stages (on this rank's full gradients).
+// The tied embedding's gradient summed over its two stages (on this rank's full gradients):
+// over the embedding group, or, when V placement puts both stages on rank 0 (chunks 0 and 1),
+// here, in the order a single rank adds them (embedding's share + head's share).
 void sum_tied_embedding(Run& run) {
+  const schedule::Schedule& sched = run.plan.schedule;
+  if (sched.vshape && run.cfg.model.tie_embeddings && run.layout.coords().pp == 0 &&
+      sched.stages() > 1) {
+    GptStage& first = *run.chunks[0];
+    GptStage& last = *run.chunks[1];
+    const ParamTensor& wte = first.layout().at("wte");
+    float* g0 = first.grads() + wte.offset;
+    float* g1 = last.grads() + last.layout().at("wte").offset;
+    run.be.accumulate(g0, g1, wte.size);
+    run.be.copy(g1, g0, wte.size * sizeof(float));
+    run.be.synchronize();
+    return;
+  }
   if (!run.embedding_reduce) return;
   const int v = run.cfg.parallel.virtual_stages;
   GptStage& edge = *run.chunks[run.layout.coords().pp == 0 ? 0 : static_cast<std::size_t>(v - 1)];
@@ -52,7 +67,10 @@ void sum_tied_embedding(Run& run) {
 // then hold the same sums; then every chunk's buckets are reduce-scattered over dp.
 void finish_gradients_zero(Run& run, GradSyncStats& comm) {
   const double t0 = MPI_Wtime();
-  for (auto& c : run.chunks) c->fold_tied_head_grad();
+  for (auto& c : run.chunks) {
+    c->fold_tied_head_grad();
+    c->sum_sequence_parallel_grads();
+  }
   sum_tied_embedding(run);
   for (std::size_t c = 0; c < run.chunks.size(); ++c) run.zero[c]->reduce(run.chunks[c]->grads());
   comm.exposed_s += MPI_Wtime() - t0;
@@ -60,12 +78,15 @@ void finish_gradients_zero(Run& run, GradSyncStats& comm) {
 }
 
 // Gradients after the schedule: the tied head's share folded into the embedding, the
-// data-parallel sum (buckets not yet started), the tied embedding summed over its two stages.
+// data-parallel sum (buckets not yet started), with sequence parallelism the norms' sums over tp
+// (after the dp sum: buckets may be in flight until then), the tied embedding summed over its
+// two stages.
 void finish_gradients(Run& run, GradSyncStats& comm) {
   if (!run.zero.empty()) return finish_gradients_zero(run, comm);
   for (std::size_t c = 0; c < run.chunks.size(); ++c) {
     run.chunks[c]->fold_tied_head_grad();
     if (!run.syncs.empty()) run.syncs[c]->finish(comm);
+    run.chunks[c]->sum_sequence_parallel_grads();
   }
   sum_tied_embedding(run);
 }
@@ -77,7 +98,9 @@ double reduce_loss(Run& run, double loss) {
   if (layout.dp() > 1) {
     run.watchdog.allreduce(&loss, 1, MPI_DOUBLE, MPI_SUM, layout.dp_comm(), "the loss all-reduce");
   }
-  run.watchdog.bcast(&loss, 1, MPI_DOUBLE, layout.pp() - 1, layout.pp_comm(), "the loss broadcast");
+  const schedule::Schedule& sched = run.plan.schedule;
+  run.watchdog.bcast(&loss, 1, MPI_DOUBLE, sched.rank_of(sched.stages() - 1), layout.pp_comm(),
+                     "the loss broadcast");
   return loss / (static_cast<double>(run.cfg.accumulation()) * layout.dp());
 }
 
@@ -124,12 +147,12 @@ double grad_norm(Run& run) {
 
 } // namespace
 
-StepResult train_step(Run& run, int step, const Sampler& sampler) {
+StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain) {
   const TrainConfig& t = run.cfg.train;
   StepResult r;
   const double t0 = MPI_Wtime();
   for (auto& c : run.chunks) c->zero_grads();
-  const double loss = run.engine->run(step, sampler, r.times);
+  const double loss = run.engine->run(step, sampler, r.times, drain);
   finish_gradients(run, r.comm);
   r.loss = reduce_loss(run, loss);
   r.grad_norm = grad_norm(run);
@@ -150,6 +173,11 @@ StepResult train_step(Run& run, int step, const Sampler& sampler) {
     if (coef < 1.0) grad_scale = static_cast<float>(coef);
   }
   r.lr = learning_rate(t, step);
+  for (std::size_t c = 0; c < run.older.size(); ++c) { // 2bw: W(t) stays for step t+1
+    run.be.copy(run.older[c].data(), run.chunks[c]->params(), run.older[c].bytes());
+  }
+  run.be.synchronize();
+  if (!run.older.empty()) ++run.newest;
   for (std::size_t c = 0; c < run.chunks.size(); ++c) {
     if (!run.zero.empty()) {
       run.zero[c]->step(run.chunks[c]->params(), r.lr, grad_scale);

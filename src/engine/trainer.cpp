@@ -62,6 +62,7 @@ struct Checkpoints {
                   MPI_Wtime() - t0, state.step, run.cfg.train.steps);
       std::fflush(stdout);
     }
+    run.newest = state.step; // 2bw: params() holds W(step), the older buffer W(step - 1)
     return state.step;
   }
 
@@ -84,19 +85,24 @@ struct Checkpoints {
   }
 };
 
+bool validation_due(const Run& run, int step) {
+  const RunConfig& cfg = run.cfg;
+  return run.val_data && ((cfg.data.val_every > 0 && (step + 1) % cfg.data.val_every == 0) ||
+                          step + 1 == cfg.train.steps);
+}
+
 // The validation loss every data.val_every steps and after the last one.
 void validate_if_due(Run& run, int step) {
   const RunConfig& cfg = run.cfg;
-  const bool due = (cfg.data.val_every > 0 && (step + 1) % cfg.data.val_every == 0) ||
-                   step + 1 == cfg.train.steps;
-  if (!run.val_data || !due) return;
+  if (!validation_due(run, step)) return;
   const Sampler vs(*run.val_data, cfg.model.seq_len, cfg.train.seed ^ kValidationStream);
   const double val = run.engine->evaluate(vs, cfg.data.val_batches);
   if (run.layout.rank() == 0) run.log->validation(step + 1, val);
 }
 
 // Whether the run stops after this step, agreed by every rank: the stop signal any rank has
-// seen (kept in stop_seen), -1 for runtime.exit_after_steps, 0 to go on.
+// seen (kept in stop_seen), -1 for runtime.exit_after_steps, 0 to go on. (2bw asks before the
+// step, which then drains.)
 int stop_after(const Run& run, int step, int first_step, int& stop_seen) {
   if (stop_seen == 0) stop_seen = poll_stop_signal();
   int stop = stop_seen;
@@ -121,7 +127,8 @@ void print_stopping(const Run& run, int step, int stop) {
 TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   Run run(cfg, layout, plan);
   print_run_header(run);
-  Checkpoints checkpoints{run, Shards{run.chunks, run.opts}, {}};
+  Checkpoints checkpoints{
+      run, Shards{run.chunks, run.opts, run.older.empty() ? nullptr : &run.older}, {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();
   TrainResult result;
@@ -140,19 +147,25 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   const Sampler sampler(*run.data, cfg.model.seq_len, cfg.train.seed);
   reset_op_times(); // from here on: the partition's timing ran ops too
   int stop_seen = 0;
+  // 2bw runs the next step's first forwards inside a step unless the step drains: before a
+  // checkpoint, a validation, a stop and at the end. So it agrees on stopping before the step.
+  const bool async = cfg.parallel.schedule == ScheduleKind::two_bw;
   for (int step = totals.first_step; step < cfg.train.steps; ++step) {
     run.watchdog.barrier(layout.world(),
                          "the barrier that starts step " + std::to_string(step + 1));
     // log.op_profile counts the steps after the first (which also allocates scratch and has
     // cuBLAS choose its kernels), or the first alone in a one-step run
     if (step == totals.first_step + 1) reset_op_times();
-    const StepResult s = train_step(run, step, sampler);
+    const bool last = step + 1 == cfg.train.steps;
+    const bool periodic = cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0;
+    int stop = async ? stop_after(run, step, totals.first_step, stop_seen) : 0;
+    const bool drain = !async || last || stop != 0 || validation_due(run, step) ||
+                       (cfg.checkpoint.enabled && periodic);
+    const StepResult s = train_step(run, step, sampler, drain);
     report_step(run, step, s, totals);
     validate_if_due(run, step);
     // checkpoints: every N steps, at the end, and when this run must stop early
-    const int stop = stop_after(run, step, totals.first_step, stop_seen);
-    const bool last = step + 1 == cfg.train.steps;
-    const bool periodic = cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0;
+    if (!async) stop = stop_after(run, step, totals.first_step, stop_seen);
     if (cfg.checkpoint.enabled && (periodic || stop != 0 || last)) checkpoints.save(step + 1, s.lr);
     if (stop != 0 && !last) {
       print_stopping(run, step, stop);

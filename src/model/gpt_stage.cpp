@@ -23,38 +23,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 } // namespace
 
-std::size_t StageActivations::bytes() const {
-  std::size_t b = tokens.bytes() + targets.bytes() + input.bytes() + lnf.bytes() +
-                  lnf_mean.bytes() + lnf_rstd.bytes() + probs.bytes() + losses.bytes();
-  for (const auto& k : blocks) {
-    b += k.ln1.bytes() + k.ln1_mean.bytes() + k.ln1_rstd.bytes() + k.qkv.bytes() + k.att.bytes() +
-         k.atty.bytes() + k.res2.bytes() + k.ln2.bytes() + k.ln2_mean.bytes() + k.ln2_rstd.bytes() +
-         k.fch.bytes() + k.fch_gelu.bytes() + k.out.bytes();
-  }
-  return b;
-}
-
-std::size_t GptStage::bytes() const {
-  const std::size_t N = static_cast<std::size_t>(N_);
-  // fused_ holds one block stash (d_fch F, d_ln2 C, d_res2 C, d_qkv 3Ct, d_ln1 C, dx C per row)
-  // plus d_lnf, d_output (last stage) and d_input
-  const std::size_t fused =
-      N * (F_ + 4 * C_ + 3 * Ct_ + (spec_.last ? 2 * C_ : 0) + C_) * sizeof(float);
-  const BlockActivations& w = work_;
-  const std::size_t work = att_work_.bytes() + w.ln1.bytes() + w.ln1_mean.bytes() +
-                           w.ln1_rstd.bytes() + w.qkv.bytes() + w.att.bytes() + w.atty.bytes() +
-                           w.res2.bytes() + w.ln2.bytes() + w.ln2_mean.bytes() +
-                           w.ln2_rstd.bytes() + w.fch.bytes() + w.fch_gelu.bytes() + w.out.bytes();
-  return params_.bytes() + grads_.bytes() + head_grad_.bytes() + d_fch_gelu_.bytes() +
-         d_atty_.bytes() + att_scratch_.bytes() + 3 * ce_max_.bytes() + fused + work;
-}
-
 GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp,
                    const Backend& backend, Recompute recompute)
     : model_(model), spec_(stage), tp_(tp), be_(backend), mem_{backend.alloc, backend.release},
       B_(micro_batch), T_(model.seq_len), C_(model.d_model), Ct_(model.d_model / tp.size),
       NH_(model.n_head / tp.size), F_(4 * model.d_model / tp.size), V_(model.vocab_size / tp.size),
       v0_(tp.rank * (model.vocab_size / tp.size)), N_(micro_batch * model.seq_len),
+      R_(tp.sequence_parallel ? N_ / tp.size : N_), sp_(tp.sequence_parallel && tp.size > 1),
       layout_(model, stage, tp.rank, tp.size), params_(layout_.total(), mem_),
       grads_(layout_.total(), mem_), d_fch_gelu_(static_cast<std::size_t>(N_) * F_, mem_),
       d_atty_(static_cast<std::size_t>(N_) * Ct_, mem_),
@@ -66,6 +41,10 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
   }
   if (spec_.last && model_.tie_embeddings) {
     head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_, mem_);
+  }
+  if (sp_) {
+    gath_ = FloatBuffer(static_cast<std::size_t>(N_) * C_, mem_);
+    part_ = FloatBuffer(static_cast<std::size_t>(N_) * C_, mem_);
   }
   if (spec_.last && tp_.size > 1) {
     ce_max_ = FloatBuffer(static_cast<std::size_t>(N_), mem_);
@@ -86,6 +65,34 @@ void GptStage::layer_done(int layer) const {
 
 void GptStage::tp_sum(float* x, std::size_t n) const {
   if (tp_.size > 1) tp_.reduce->sum(x, n);
+}
+
+const float* GptStage::whole_rows(const float* x) const {
+  return gather_into(gath_, x);
+}
+
+void GptStage::reduce_partial(float* dst) const {
+  if (sp_) {
+    tp_.reduce->reduce_scatter(dst, part_.data(), static_cast<std::size_t>(R_) * C_);
+  } else {
+    tp_sum(dst, static_cast<std::size_t>(N_) * C_);
+  }
+}
+
+const float* GptStage::gather_into(FloatBuffer& whole, const float* x) const {
+  if (!sp_) return x;
+  tp_.reduce->all_gather(whole.data(), x, static_cast<std::size_t>(R_) * C_);
+  return whole.data();
+}
+
+void GptStage::sum_sequence_parallel_grads() {
+  if (!sp_) return;
+  be_.synchronize();
+  for (const auto& t : layout_.tensors()) { // the norms: ln1, ln2 of each block and lnf
+    const bool norm =
+        t.name.find("ln") != std::string::npos && t.name.find("lm_head") == std::string::npos;
+    if (norm) tp_sum(grads_.data() + t.offset, t.size);
+  }
 }
 
 BlockTensors GptStage::block(float* base, int layer) const {
@@ -152,34 +159,34 @@ void GptStage::fold_tied_head_grad() {
 }
 
 BlockActivations GptStage::make_block_activations() const {
-  const std::size_t N = N_, C = C_;
+  const std::size_t N = N_, C = C_, R = R_;
   BlockActivations k;
-  k.ln1 = FloatBuffer(N * C, mem_);
-  k.ln1_mean = FloatBuffer(N, mem_);
-  k.ln1_rstd = FloatBuffer(N, mem_);
+  k.ln1 = FloatBuffer(R * C, mem_);
+  k.ln1_mean = FloatBuffer(R, mem_);
+  k.ln1_rstd = FloatBuffer(R, mem_);
   k.qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_), mem_);
   k.att = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_, mem_);
   k.atty = FloatBuffer(N * static_cast<std::size_t>(Ct_), mem_);
-  k.res2 = FloatBuffer(N * C, mem_);
-  k.ln2 = FloatBuffer(N * C, mem_);
-  k.ln2_mean = FloatBuffer(N, mem_);
-  k.ln2_rstd = FloatBuffer(N, mem_);
+  k.res2 = FloatBuffer(R * C, mem_);
+  k.ln2 = FloatBuffer(R * C, mem_);
+  k.ln2_mean = FloatBuffer(R, mem_);
+  k.ln2_rstd = FloatBuffer(R, mem_);
   k.fch = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
   k.fch_gelu = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
-  k.out = FloatBuffer(N * C, mem_);
+  k.out = FloatBuffer(R * C, mem_);
   return k;
 }
 
 StageActivations GptStage::make_activations() const {
-  const std::size_t N = N_, C = C_;
+  const std::size_t N = N_, C = C_, R = R_;
   StageActivations a;
   a.tokens = Buffer<std::int32_t>(N, mem_);
   a.targets = Buffer<std::int32_t>(N, mem_);
-  a.input = FloatBuffer(N * C, mem_);
+  a.input = FloatBuffer(R * C, mem_);
   for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
     if (recompute_ == Recompute::full) { // the block's output only: the next block's input
       BlockActivations k;
-      k.out = FloatBuffer(N * C, mem_);
+      k.out = FloatBuffer(R * C, mem_);
       a.blocks.push_back(std::move(k));
       continue;
     }
@@ -187,9 +194,9 @@ StageActivations GptStage::make_activations() const {
     if (recompute_ == Recompute::selective) a.blocks.back().att = FloatBuffer();
   }
   if (spec_.last) {
-    a.lnf = FloatBuffer(N * C, mem_);
-    a.lnf_mean = FloatBuffer(N, mem_);
-    a.lnf_rstd = FloatBuffer(N, mem_);
+    a.lnf = FloatBuffer(R * C, mem_);
+    a.lnf_mean = FloatBuffer(R, mem_);
+    a.lnf_rstd = FloatBuffer(R, mem_);
     a.probs = FloatBuffer(N * static_cast<std::size_t>(V_), mem_);
     a.losses = FloatBuffer(N, mem_);
   }
@@ -197,23 +204,27 @@ StageActivations GptStage::make_activations() const {
 }
 
 StageStash GptStage::make_stash(std::size_t blocks) const {
-  const std::size_t N = N_, C = C_;
+  const std::size_t N = N_, C = C_, R = R_;
   StageStash s;
   for (std::size_t l = 0; l < blocks; ++l) {
     BlockStash b;
     b.d_fch = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
-    b.d_ln2 = FloatBuffer(N * C, mem_);
-    b.d_res2 = FloatBuffer(N * C, mem_);
+    b.d_ln2 = FloatBuffer(R * C, mem_);
+    b.d_res2 = FloatBuffer(R * C, mem_);
     b.d_qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_), mem_);
-    b.d_ln1 = FloatBuffer(N * C, mem_);
-    b.dx = FloatBuffer(N * C, mem_);
+    b.d_ln1 = FloatBuffer(R * C, mem_);
+    b.dx = FloatBuffer(R * C, mem_);
+    if (sp_) {
+      b.g_dout = FloatBuffer(N * C, mem_);
+      b.g_res2 = FloatBuffer(N * C, mem_);
+    }
     s.blocks.push_back(std::move(b));
   }
   if (spec_.last) {
-    s.d_lnf = FloatBuffer(N * C, mem_);
-    s.d_output = FloatBuffer(N * C, mem_);
+    s.d_lnf = FloatBuffer(R * C, mem_);
+    s.d_output = FloatBuffer(R * C, mem_);
   }
-  s.d_input = FloatBuffer(N * C, mem_);
+  s.d_input = FloatBuffer(R * C, mem_);
   return s;
 }
 
@@ -224,36 +235,37 @@ const float* GptStage::block_input(const StageActivations& a, int i) const {
 // ---- forward --------------------------------------------------------------------------------
 
 void GptStage::block_forward(int i, const float* x, BlockActivations& a) {
-  const BlockTensors w = block(params_.data(), spec_.layer_begin + i);
-  const int N = N_, C = C_, Ct = Ct_, F = F_;
-  // row-parallel layers: one tp rank adds the (replicated) bias, the all-reduce adds the rest
+  const BlockTensors w = block(weights(), spec_.layer_begin + i);
+  const int N = N_, R = R_, C = C_, Ct = Ct_, F = F_;
+  // row-parallel layers: one tp rank adds the (replicated) bias, the all-reduce (or the
+  // reduce-scatter) adds the rest; norms and residual on this rank's R rows
   const bool bias_here = tp_.rank == 0;
-  be_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, N,
+  be_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, R,
                         C);
-  be_.matmul_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
+  be_.matmul_forward(a.qkv.data(), whole_rows(a.ln1.data()), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
   float* att = a.att.size() > 0 ? a.att.data() : att_work_.data(); // selective: not kept
   be_.attention_forward(a.atty.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
-  be_.matmul_forward(a.res2.data(), a.atty.data(), w.proj_w, bias_here ? w.proj_b : nullptr, N, Ct,
-                     C);
-  tp_sum(a.res2.data(), a.res2.size());
+  be_.matmul_forward(partial_for(a.res2.data()), a.atty.data(), w.proj_w,
+                     bias_here ? w.proj_b : nullptr, N, Ct, C);
+  reduce_partial(a.res2.data());
   be_.accumulate(a.res2.data(), x, a.res2.size());
   be_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), w.ln2_w,
-                        w.ln2_b, N, C);
-  be_.matmul_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, N, C, F);
+                        w.ln2_b, R, C);
+  be_.matmul_forward(a.fch.data(), whole_rows(a.ln2.data()), w.fc_w, w.fc_b, N, C, F);
   be_.gelu_forward(a.fch_gelu.data(), a.fch.data(), a.fch.size());
-  be_.matmul_forward(a.out.data(), a.fch_gelu.data(), w.fcp_w, bias_here ? w.fcp_b : nullptr, N, F,
-                     C);
-  tp_sum(a.out.data(), a.out.size());
+  be_.matmul_forward(partial_for(a.out.data()), a.fch_gelu.data(), w.fcp_w,
+                     bias_here ? w.fcp_b : nullptr, N, F, C);
+  reduce_partial(a.out.data());
   be_.accumulate(a.out.data(), a.res2.data(), a.out.size());
 }
 
 float GptStage::forward(StageActivations& a) {
-  const EdgeTensors e = edges(params_.data());
+  const EdgeTensors e = edges(weights());
   if (spec_.first) {
     // vocabulary-parallel embedding: each tp rank looks up its rows; one adds the positions
-    be_.encoder_forward(a.input.data(), a.tokens.data(), e.wte, tp_.rank == 0 ? e.wpe : nullptr, B_,
-                        T_, C_, v0_, v0_ + V_);
-    tp_sum(a.input.data(), a.input.size());
+    be_.encoder_forward(partial_for(a.input.data()), a.tokens.data(), e.wte,
+                        tp_.rank == 0 ? e.wpe : nullptr, B_, T_, C_, v0_, v0_ + V_);
+    reduce_partial(a.input.data());
   }
   for (std::size_t i = 0; i < a.blocks.size(); ++i) {
     const int b = static_cast<int>(i);
@@ -270,9 +282,9 @@ float GptStage::forward(StageActivations& a) {
     return 0.0f;
   }
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
-  be_.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b, N_,
+  be_.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b, R_,
                         C_);
-  be_.matmul_forward(a.probs.data(), a.lnf.data(), e.lm_head, nullptr, N_, C_, V_);
+  be_.matmul_forward(a.probs.data(), whole_rows(a.lnf.data()), e.lm_head, nullptr, N_, C_, V_);
   if (tp_.size == 1) {
     be_.crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
                              V_);
@@ -304,65 +316,75 @@ BlockActivations& GptStage::for_backward(int i, const float* x, BlockActivations
 
 void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
                                     BlockStash& s) {
-  const BlockTensors w = block(params_.data(), spec_.layer_begin + i);
-  const int N = N_, C = C_, Ct = Ct_, F = F_;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const BlockTensors w = block(weights(), spec_.layer_begin + i);
+  const int N = N_, R = R_, C = C_, Ct = Ct_, F = F_;
+  const std::size_t RC = static_cast<std::size_t>(R) * C;
   s.dout = dout;
-  // MLP branch (row-parallel proj: its input gradient needs no communication)
-  be_.matmul_backward_input(d_fch_gelu_.data(), dout, w.fcp_w, N, F, C);
+  // MLP branch (row-parallel proj: its input gradient needs no communication, but with sp the
+  // whole rows of the output gradient, gathered)
+  const float* g_dout = gather_into(s.g_dout, dout);
+  be_.matmul_backward_input(d_fch_gelu_.data(), g_dout, w.fcp_w, N, F, C);
   be_.gelu_backward(s.d_fch.data(), a.fch.data(), d_fch_gelu_.data(), d_fch_gelu_.size());
-  be_.matmul_backward_input(s.d_ln2.data(), s.d_fch.data(), w.fc_w, N, C, F);
-  tp_sum(s.d_ln2.data(), NC);             // column-parallel fc: sum the input gradient's shares
-  copy_floats(s.d_res2.data(), dout, NC); // residual path
+  // column-parallel fc: sum the input gradient's shares
+  be_.matmul_backward_input(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, N, C, F);
+  reduce_partial(s.d_ln2.data());
+  copy_floats(s.d_res2.data(), dout, RC); // residual path
   be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
-                               a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
+                               a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
   // attention branch; selective: the probabilities again (d_atty_ holds the unused output)
   float* att = a.att.size() > 0 ? a.att.data() : att_work_.data();
   if (a.att.size() == 0) be_.attention_forward(d_atty_.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
-  be_.matmul_backward_input(d_atty_.data(), s.d_res2.data(), w.proj_w, N, Ct, C);
+  be_.matmul_backward_input(d_atty_.data(), gather_into(s.g_res2, s.d_res2.data()), w.proj_w, N, Ct,
+                            C);
   be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), att, B_,
                          T_, Ct, NH_);
-  be_.matmul_backward_input(s.d_ln1.data(), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
-  tp_sum(s.d_ln1.data(), NC);                    // column-parallel qkv
-  copy_floats(s.dx.data(), s.d_res2.data(), NC); // residual path
+  // column-parallel qkv
+  be_.matmul_backward_input(partial_for(s.d_ln1.data()), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
+  reduce_partial(s.d_ln1.data());
+  copy_floats(s.dx.data(), s.d_res2.data(), RC); // residual path
   be_.layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean.data(),
-                               a.ln1_rstd.data(), N, C);
+                               a.ln1_rstd.data(), R, C);
 }
 
 void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
                                      const BlockStash& s) {
   const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
-  const int N = N_, C = C_, Ct = Ct_, F = F_;
-  be_.matmul_backward_weight(g.fcp_w, g.fcp_b, s.dout, a.fch_gelu.data(), N, F, C);
-  be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), a.ln2.data(), N, C, F);
+  const int N = N_, R = R_, C = C_, Ct = Ct_, F = F_;
+  // with sp: the gathered output gradients; the norms' inputs gathered again (not kept); the
+  // norms' gradients from this rank's rows (sum_sequence_parallel_grads adds the rest)
+  be_.matmul_backward_weight(g.fcp_w, g.fcp_b, sp_ ? s.g_dout.data() : s.dout, a.fch_gelu.data(), N,
+                             F, C);
+  be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), whole_rows(a.ln2.data()), N, C, F);
   be_.layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(), a.ln2_mean.data(),
-                                a.ln2_rstd.data(), N, C);
-  be_.matmul_backward_weight(g.proj_w, g.proj_b, s.d_res2.data(), a.atty.data(), N, Ct, C);
-  be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), a.ln1.data(), N, C, 3 * Ct);
+                                a.ln2_rstd.data(), R, C);
+  be_.matmul_backward_weight(g.proj_w, g.proj_b, sp_ ? s.g_res2.data() : s.d_res2.data(),
+                             a.atty.data(), N, Ct, C);
+  be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), whole_rows(a.ln1.data()), N, C,
+                             3 * Ct);
   be_.layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
-                                a.ln1_rstd.data(), N, C);
+                                a.ln1_rstd.data(), R, C);
 }
 
 void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx) {
-  const EdgeTensors e = edges(params_.data());
-  const std::size_t NC = static_cast<std::size_t>(N_) * C_;
+  const EdgeTensors e = edges(weights());
   // probs become d logits in place
   be_.crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
                             v0_);
-  be_.matmul_backward_input(d_lnf, a.probs.data(), e.lm_head, N_, C_, V_);
-  tp_sum(d_lnf, NC); // vocabulary-parallel head: sum the shares
+  // vocabulary-parallel head: sum the shares
+  be_.matmul_backward_input(partial_for(d_lnf), a.probs.data(), e.lm_head, N_, C_, V_);
+  reduce_partial(d_lnf);
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
-  be_.zero(dx, NC);
-  be_.layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), N_, C_);
+  be_.zero(dx, static_cast<std::size_t>(R_) * C_);
+  be_.layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), R_, C_);
 }
 
 void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf) {
   const EdgeTensors g = edges(grads_.data());
   float* d_head = head_grad_.size() > 0 ? head_grad_.data() : g.lm_head;
-  be_.matmul_backward_weight(d_head, nullptr, a.probs.data(), a.lnf.data(), N_, C_, V_);
+  be_.matmul_backward_weight(d_head, nullptr, a.probs.data(), whole_rows(a.lnf.data()), N_, C_, V_);
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   be_.layernorm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data(),
-                                N_, C_);
+                                R_, C_);
 }
 
 void GptStage::prepare_backward() {
@@ -373,7 +395,7 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
   // One block stash reused block after block; the gradient flowing down the stage lives in
   // fused_.d_input, which also ends up holding the stage input's gradient.
   prepare_backward();
-  const std::size_t NC = static_cast<std::size_t>(N_) * C_;
+  const std::size_t RC = static_cast<std::size_t>(R_) * C_;
   float* flow = fused_.d_input.data();
   const float* grad = dout;
   if (spec_.last) {
@@ -388,15 +410,16 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
     block_backward_input(i, x, act, grad, b);
     block_backward_weight(i, x, act, b);
     layer_done(spec_.layer_begin + i);
-    copy_floats(flow, b.dx.data(), NC);
+    copy_floats(flow, b.dx.data(), RC);
     grad = flow;
   }
-  if (grad != flow) copy_floats(flow, grad, NC); // a stage with no blocks passes dout through
+  if (grad != flow) copy_floats(flow, grad, RC); // a stage with no blocks passes dout through
   if (spec_.first) {
     const EdgeTensors g = edges(grads_.data());
-    be_.encoder_backward(g.wte, g.wpe, flow, a.tokens.data(), B_, T_, C_, v0_, v0_ + V_);
+    be_.encoder_backward(g.wte, g.wpe, whole_rows(flow), a.tokens.data(), B_, T_, C_, v0_,
+                         v0_ + V_);
   }
-  if (d_input != nullptr) copy_floats(d_input, flow, NC);
+  if (d_input != nullptr) copy_floats(d_input, flow, RC);
   be_.synchronize();
 }
 
@@ -428,8 +451,8 @@ void GptStage::backward_weight(StageActivations& a, StageStash& s) {
   }
   if (spec_.first) {
     const EdgeTensors g = edges(grads_.data());
-    be_.encoder_backward(g.wte, g.wpe, s.d_input.data(), a.tokens.data(), B_, T_, C_, v0_,
-                         v0_ + V_);
+    be_.encoder_backward(g.wte, g.wpe, whole_rows(s.d_input.data()), a.tokens.data(), B_, T_, C_,
+                         v0_, v0_ + V_);
   }
   be_.synchronize();
 }

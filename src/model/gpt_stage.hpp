@@ -5,6 +5,8 @@
 // B = micro-batch, T = seq_len, C = d_model, NH = heads, V = vocab, N = B*T. Under tensor
 // parallelism the shapes of sharded buffers are this tp rank's: Ct = C/tp attention channels,
 // NH/tp heads, F = 4C/tp MLP width, V/tp vocabulary rows (the probs buffer is (N, V/tp)).
+// R = rows of the residual stream here: N, or N/tp with sequence parallelism, where this tp rank
+// holds rows [rank*R, (rank+1)*R) of every (N,C) residual-stream buffer (marked (R,C) below).
 #pragma once
 
 #include <cstdint>
@@ -46,45 +48,45 @@ struct EdgeTensors {
 
 // Activations a block keeps from forward to backward for one micro-batch.
 struct BlockActivations {
-  FloatBuffer ln1, ln1_mean, ln1_rstd; // (N,C), (N), (N)
+  FloatBuffer ln1, ln1_mean, ln1_rstd; // (R,C), (R), (R)
   FloatBuffer qkv;                     // (N,3Ct)
   FloatBuffer att;                     // (B,NH,T,T) softmax probabilities (heads here)
   FloatBuffer atty;                    // (N,Ct) attention output before proj
-  FloatBuffer res2;                    // (N,C) x + attention branch
-  FloatBuffer ln2, ln2_mean, ln2_rstd; // (N,C), (N), (N)
+  FloatBuffer res2;                    // (R,C) x + attention branch
+  FloatBuffer ln2, ln2_mean, ln2_rstd; // (R,C), (R), (R)
   FloatBuffer fch, fch_gelu;           // (N,F)
-  FloatBuffer out;                     // (N,C) block output = res2 + MLP branch
+  FloatBuffer out;                     // (R,C) block output = res2 + MLP branch
 };
 
 // One micro-batch in flight through a stage.
 struct StageActivations {
   Buffer<std::int32_t> tokens;  // (B,T) first stage
   Buffer<std::int32_t> targets; // (B,T) last stage
-  FloatBuffer input;            // (N,C) stage input: embedding output, or received activation
+  FloatBuffer input;            // (R,C) stage input: embedding output, or received activation
   std::vector<BlockActivations> blocks;
-  FloatBuffer lnf, lnf_mean, lnf_rstd; // last stage
+  FloatBuffer lnf, lnf_mean, lnf_rstd; // last stage: (R,C), (R), (R)
   FloatBuffer probs;                   // (N,V) softmax, then d logits after backward-input
   FloatBuffer losses;                  // (N)
-  std::size_t bytes() const;
 };
 
 // Gradients a block's backward-input leaves for its backward-weight.
 struct BlockStash {
-  const float* dout = nullptr; // (N,C) gradient of the block output (owned elsewhere)
+  const float* dout = nullptr; // (R,C) gradient of the block output (owned elsewhere)
   FloatBuffer d_fch;           // (N,F) gradient before GELU
-  FloatBuffer d_ln2;           // (N,C)
-  FloatBuffer d_res2;          // (N,C)
+  FloatBuffer d_ln2;           // (R,C)
+  FloatBuffer d_res2;          // (R,C)
   FloatBuffer d_qkv;           // (N,3Ct)
-  FloatBuffer d_ln1;           // (N,C)
-  FloatBuffer dx;              // (N,C) gradient of the block input
+  FloatBuffer d_ln1;           // (R,C)
+  FloatBuffer dx;              // (R,C) gradient of the block input
+  FloatBuffer g_dout, g_res2;  // (N,C) sequence parallel: dout and d_res2 gathered over tp
 };
 
 // What a whole stage's backward-input leaves for its backward-weight (split backward).
 struct StageStash {
   std::vector<BlockStash> blocks;
-  FloatBuffer d_lnf;    // (N,C) last stage: gradient of the final norm's output
-  FloatBuffer d_output; // (N,C) last stage: gradient of the last block's output (from the head)
-  FloatBuffer d_input;  // (N,C) gradient of the stage input
+  FloatBuffer d_lnf;    // (R,C) last stage: gradient of the final norm's output
+  FloatBuffer d_output; // (R,C) last stage: gradient of the last block's output (from the head)
+  FloatBuffer d_input;  // (R,C) gradient of the stage input
 };
 
 // The tensor-parallel group a stage belongs to (size 1: no tensor parallelism).
@@ -94,6 +96,9 @@ struct TpGroup {
   // the group's sums and maxima on the stage's backend memory (comm/reducers.hpp: MPI, host-staged
   // MPI or NCCL, under the hang watchdog); owned by the trainer, needed when size > 1
   GroupReducer* reduce = nullptr;
+  // parallel.sequence_parallel: the residual stream, its norms and the pipeline messages on
+  // N/size rows per rank; reduce-scatter and all-gather in place of the all-reduces
+  bool sequence_parallel = false;
 };
 
 class GptStage {
@@ -115,11 +120,15 @@ public:
   const ModelConfig& model() const { return model_; }
   const Backend& backend() const { return be_; }
   int micro_batch() const { return B_; }
+  // Rows of the residual stream (and of pipeline messages) this rank holds: R.
+  int rows() const { return R_; }
   float* params() { return params_.data(); }
+  // The weights forward and backward compute with: params() unless use_weights named another
+  // buffer of num_params() floats in the backend's memory (PipeDream-2BW's older version);
+  // null returns to params().
+  void use_weights(float* w) { weights_ = w; }
   float* grads() { return grads_.data(); }
   std::size_t num_params() const { return layout_.total(); }
-  // Bytes of parameters, gradients and the backward workspace (not activations or optimizer).
-  std::size_t bytes() const;
 
   // Fills the parameters per DESIGN.md section 5 from (seed, tensor name, index): the same
   // values whatever the layout.
@@ -140,6 +149,9 @@ public:
     return owns(t) && (t.shard_dim >= 0 || tp_.rank == 0);
   }
   const TpGroup& tp() const { return tp_; }
+  // Sequence parallelism: the norms' gradients are sums over this rank's rows only; sums them
+  // over the tp group (after the step's last backward). Without it, nothing to do.
+  void sum_sequence_parallel_grads();
 
   StageActivations make_activations() const;
   // Stash for the split backward: one BlockStash per block (or only one when `blocks` is 1).
@@ -182,7 +194,16 @@ private:
   void block_backward_weight(int i, const float* x, BlockActivations& a, const BlockStash& s);
   void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx);
   void head_backward_weight(StageActivations& a, const float* d_lnf);
+  float* weights() { return weights_ != nullptr ? weights_ : params_.data(); }
   void tp_sum(float* x, std::size_t n) const;
+  // A residual-stream buffer's whole (N,C) rows: itself, or (sp) gathered over tp into gath_.
+  const float* whole_rows(const float* x) const;
+  // Where a product writes (N,C) partial sums that reduce_partial then sums over tp into dst:
+  // dst itself (all-reduce in place), or (sp) part_, reduce-scattered into dst's R rows.
+  float* partial_for(float* dst) const { return sp_ ? part_.data() : dst; }
+  void reduce_partial(float* dst) const;
+  // The whole rows of the residual-stream gradient x: x itself, or (sp) gathered into `whole`.
+  const float* gather_into(FloatBuffer& whole, const float* x) const;
   void copy_floats(float* dst, const float* src, std::size_t n) const;
   void layer_done(int layer) const; // runs the weight-gradient hook
 
@@ -194,15 +215,18 @@ private:
   Memory mem_; // be_'s allocator, for the buffers below and the activations
   // C = d_model, Ct = C/tp attention channels here, NH = heads here, F = 4C/tp MLP width here,
   // V = vocabulary rows here (V_total/tp), v0 = first of them
-  int B_, T_, C_, Ct_, NH_, F_, V_, v0_, N_;
+  int B_, T_, C_, Ct_, NH_, F_, V_, v0_, N_, R_;
+  bool sp_;
   ParamLayout layout_;
   FloatBuffer params_;
   FloatBuffer grads_;
+  float* weights_ = nullptr; // see use_weights
   // scratch shared by all micro-batches (single-threaded use)
   FloatBuffer d_fch_gelu_;                  // (N,F)
   FloatBuffer d_atty_;                      // (N,Ct)
   FloatBuffer ce_max_, ce_sum_, ce_target_; // (N) vocabulary-parallel cross-entropy
   FloatBuffer att_scratch_;                 // (T,T)
+  mutable FloatBuffer gath_, part_;         // (N,C) sequence parallel: gathered rows, partial sums
   Recompute recompute_;
   FloatBuffer att_work_;  // (B,NH,T,T) selective: the probabilities of the block at hand
   BlockActivations work_; // full: every activation of the block at hand

@@ -3,7 +3,9 @@
 //
 // p = pipeline ranks, m = micro-batches per step, v = chunks (virtual stages) per rank,
 // S = p*v virtual stages. Virtual stage s lives on rank s % p as chunk s / p (Megatron's
-// interleaved placement; with v = 1, stage s is rank s).
+// interleaved placement; with v = 1, stage s is rank s), or, for the V-shaped schedules (v = 2),
+// on rank s if s < p, else on rank 2p-1-s (chunk 1): the first and last stage share rank 0, and
+// the last rank runs stages p-1 and p back to back, with no message between them.
 #pragma once
 
 #include <string>
@@ -22,6 +24,7 @@ enum class Op {
   RECV_ACT,  // receive the forward input of (mb, chunk) from the previous virtual stage
   SEND_GRAD, // send the input gradient of (mb, chunk) to the previous virtual stage
   RECV_GRAD, // receive the output gradient of (mb, chunk) from the next virtual stage
+  STEP,      // the optimizer step: a barrier of every rank (only in 2bw's unrolled lists)
 };
 
 struct Action {
@@ -35,12 +38,15 @@ struct Action {
 struct Schedule {
   std::string name;
   int p = 1, m = 1, v = 1;
+  bool vshape = false;                    // V placement (zb-v, dualpipev)
   std::vector<std::vector<Action>> ranks; // ranks[r] = rank r's actions, in order
 
   int stages() const { return p * v; }
-  int stage_of(int rank, int chunk) const { return chunk * p + rank; }
-  int rank_of(int stage) const { return stage % p; }
-  int chunk_of(int stage) const { return stage / p; }
+  int stage_of(int rank, int chunk) const {
+    return vshape ? (chunk == 0 ? rank : 2 * p - 1 - rank) : chunk * p + rank;
+  }
+  int rank_of(int stage) const { return vshape && stage >= p ? 2 * p - 1 - stage : stage % p; }
+  int chunk_of(int stage) const { return vshape ? (stage >= p ? 1 : 0) : stage / p; }
 };
 
 // "F(mb 3, chunk 0)", "RECV_GRAD(mb 1, chunk 1) from rank 2"
@@ -87,6 +93,21 @@ Schedule gpipe(int p, int m);
 Schedule one_f_one_b(int p, int m);
 Schedule interleaved_1f1b(int p, int m, int v);
 Schedule zb_h1(int p, int m);
+Schedule zb_v(int p, int m);
+Schedule dualpipev(int p, int m);
 void add_communication(Schedule& s);
+
+// PipeDream-2BW (DESIGN.md section 6, notes/wave2.md section 2): 1F1B with no flush between
+// optimizer steps. two_bw_step is one rank list per rank for one step, which the engine runs:
+// micro-batch j of this step has id parity*m + j, of the next step (1-parity)*m + j (so m is 2x
+// the step's micro-batches). Its forwards reach p-r-1 micro-batches into the next step, whose
+// messages the next step's list receives. warm: the previous step ended drained (or none ran):
+// this list starts with the warm-up forwards; drain: it ends with 1F1B's cool-down instead of
+// forwards of the next step (before checkpoints, validation and the last step).
+// two_bw unrolls three steps (warm, steady, drained) with ids step*m + j and a STEP between the
+// steps: what the validator proves, the simulator times and the memory model sizes.
+// Both need m >= p.
+Schedule two_bw_step(int p, int m, int parity, bool warm, bool drain);
+Schedule two_bw(int p, int m);
 
 } // namespace pt::schedule

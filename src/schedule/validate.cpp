@@ -16,15 +16,21 @@ std::string where(int rank, std::size_t index, const Action& a) {
   return "rank " + std::to_string(rank) + " action " + std::to_string(index) + " " + describe(a);
 }
 
-// Replays the lists under the engine's rule, calling on_run(rank, index, action, ready_time)
-// for each action when it runs. Returns "" or the first problem.
+// Replays the lists under the engine's rule, calling on_run(rank, index, action) for each action
+// when it runs, and on_arrive(rank, k) when a rank reaches its k-th STEP (a barrier: it runs once
+// every rank has reached it). Returns "" or the first problem.
 class Replay {
 public:
   explicit Replay(const Schedule& s) : s_(s) {}
 
   template <class OnRun> std::string run(OnRun&& on_run) {
+    return run(on_run, [](int, int) {});
+  }
+  template <class OnRun, class OnArrive> std::string run(OnRun&& on_run, OnArrive&& on_arrive) {
     const std::size_t P = static_cast<std::size_t>(s_.p);
     std::vector<std::size_t> pc(P, 0);
+    arrived_.assign(P, 0);
+    std::vector<bool> waiting(P, false); // at a STEP, arrived
     std::size_t remaining = 0;
     for (const auto& l : s_.ranks) remaining += l.size();
     while (remaining > 0) {
@@ -39,6 +45,16 @@ public:
             const std::string err = check_peer(r, i, a);
             if (!err.empty()) return err;
             if (!sent_.count(key_of_recv(r, a))) break; // blocked
+          }
+          if (a.op == Op::STEP) {
+            const std::size_t R = static_cast<std::size_t>(r);
+            if (!waiting[R]) {
+              waiting[R] = true;
+              on_arrive(r, arrived_[R]++);
+              progress = true;
+            }
+            if (*std::min_element(arrived_.begin(), arrived_.end()) < arrived_[R]) break;
+            waiting[R] = false;
           }
           const std::string err = apply(r, i, a);
           if (!err.empty()) return err;
@@ -82,6 +98,7 @@ private:
   }
 
   std::string apply(int r, std::size_t i, const Action& a) {
+    if (a.op == Op::STEP) return "";
     if (a.mb < 0 || a.mb >= s_.m || a.chunk < 0 || a.chunk >= s_.v) {
       return where(r, i, a) + ": micro-batch or chunk out of range (m " + std::to_string(s_.m) +
              ", v " + std::to_string(s_.v) + ")";
@@ -149,6 +166,8 @@ private:
       got_.insert(k);
       break;
     }
+    case Op::STEP: // returned above
+      break;
     }
     return "";
   }
@@ -176,6 +195,10 @@ private:
         return msg;
       }
       const Action& a = s_.ranks[static_cast<std::size_t>(r)][i];
+      if (a.op == Op::STEP) {
+        msg += " " + where(r, i, a) + " waits for every rank at the optimizer step";
+        return msg;
+      }
       msg += " " + where(r, i, a) + " waits for rank " + std::to_string(a.peer) + ";";
       r = a.peer;
     }
@@ -206,6 +229,7 @@ private:
   std::set<MsgKey> got_;
   std::set<std::pair<int, int>> f_, b_, bi_, bw_;
   std::vector<int> peak_, live_;
+  std::vector<int> arrived_; // per rank: STEPs reached
 };
 
 } // namespace
@@ -224,6 +248,15 @@ Validation validate(const Schedule& s) {
   return v;
 }
 
+double step_bubble(const Simulation& sim) {
+  if (sim.step_ends.size() < 3) return sim.mean_bubble;
+  const double span = sim.step_ends[1] - sim.step_ends[0];
+  const double steps = static_cast<double>(sim.step_ends.size());
+  double bubble = 0.0;
+  for (double busy : sim.busy) bubble += 1.0 - busy / steps / span;
+  return span > 0 ? bubble / static_cast<double>(sim.busy.size()) : 0.0;
+}
+
 Simulation simulate(const Schedule& s, const Costs& c) {
   return simulate(s, std::vector<Costs>(static_cast<std::size_t>(s.p), c));
 }
@@ -235,38 +268,51 @@ Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
   out.busy.assign(P, 0.0);
   std::vector<double> now(P, 0.0);
   std::map<MsgKey, double> arrival;
+  std::vector<double> barrier;   // per STEP: when the last rank reached it
+  std::vector<int> passed(P, 0); // per rank: STEPs passed
+  auto arrive = [&](int r, int k) {
+    if (barrier.size() <= static_cast<std::size_t>(k)) barrier.resize(k + 1, 0.0);
+    barrier[static_cast<std::size_t>(k)] =
+        std::max(barrier[static_cast<std::size_t>(k)], now[static_cast<std::size_t>(r)]);
+  };
   Replay replay(s);
-  const std::string err = replay.run([&](int r, std::size_t, const Action& a) {
-    const std::size_t R = static_cast<std::size_t>(r);
-    const Costs& c = per_rank[R];
-    double cost = 0.0;
-    switch (a.op) {
-    case Op::F:
-      cost = c.f;
-      break;
-    case Op::B:
-      cost = c.b;
-      break;
-    case Op::BI:
-      cost = c.bi;
-      break;
-    case Op::BW:
-      cost = c.bw;
-      break;
-    case Op::SEND_ACT:
-    case Op::SEND_GRAD:
-      arrival[replay.key_of_send(r, a)] = now[R] + c.comm;
-      break;
-    case Op::RECV_ACT:
-    case Op::RECV_GRAD:
-      now[R] = std::max(now[R], arrival.at(replay.key_of_recv(r, a)));
-      break;
-    }
-    now[R] += cost;
-    out.busy[R] += cost;
-  });
+  const std::string err = replay.run(
+      [&](int r, std::size_t, const Action& a) {
+        const std::size_t R = static_cast<std::size_t>(r);
+        const Costs& c = per_rank[R];
+        double cost = 0.0;
+        switch (a.op) {
+        case Op::F:
+          cost = c.f;
+          break;
+        case Op::B:
+          cost = c.b;
+          break;
+        case Op::BI:
+          cost = c.bi;
+          break;
+        case Op::BW:
+          cost = c.bw;
+          break;
+        case Op::SEND_ACT:
+        case Op::SEND_GRAD:
+          arrival[replay.key_of_send(r, a)] = now[R] + c.comm;
+          break;
+        case Op::RECV_ACT:
+        case Op::RECV_GRAD:
+          now[R] = std::max(now[R], arrival.at(replay.key_of_recv(r, a)));
+          break;
+        case Op::STEP:
+          now[R] = barrier[static_cast<std::size_t>(passed[R]++)];
+          break;
+        }
+        now[R] += cost;
+        out.busy[R] += cost;
+      },
+      arrive);
   if (!err.empty()) throw std::invalid_argument("cannot simulate an invalid schedule: " + err);
   out.step_time = *std::max_element(now.begin(), now.end());
+  out.step_ends = barrier;
   out.bubble.resize(P);
   for (std::size_t r = 0; r < P; ++r) {
     out.bubble[r] = out.step_time > 0 ? 1.0 - out.busy[r] / out.step_time : 0.0;

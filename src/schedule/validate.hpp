@@ -38,7 +38,12 @@ struct Simulation {
   std::vector<double> busy;   // per rank: compute time
   std::vector<double> bubble; // per rank: 1 - busy / step_time (idle fraction, definition B)
   double mean_bubble = 0.0;
+  std::vector<double> step_ends; // 2bw's unrolled lists: when each STEP's barrier opened
 };
+
+// The idle fraction of one step: the mean bubble, or for 2bw's unrolled lists (step_ends) that of
+// the steady middle step, where each rank does a third of its work.
+double step_bubble(const Simulation& sim);
 
 // Replays a valid schedule with these costs (SEND/RECV take no rank time; a message arrives
 // `comm` after its SEND). Throws std::invalid_argument for an invalid schedule.

@@ -4,7 +4,8 @@
   ckpt_tests.py --exe PIPETRAIN --launch "MPIEXEC -n" --data TOKENS --work DIR SCENARIO [ARGS]
 
 Scenarios (each exits 0 on success, prints what it compared):
-  (a layout is PP,DP,TP or PP,DP,TP,ZERO: parallel.zero = 1 with a fourth field of 1)
+  (a layout is PP,DP,TP or PP,DP,TP,ZERO: parallel.zero = 1 with a fourth field of 1; a suffix
+  :SCHEDULE picks the schedule, e.g. 2,1,1:zb-v, with virtual_stages 2 for the V-shaped ones)
   bitexact PP,DP,TP     10 steps straight == 5 steps, stop (exit_after_steps), resume 5: identical
                         losses and parameter bytes
   reshard FROM TO       a step-5 checkpoint written by layout FROM continues on layout TO; losses
@@ -40,10 +41,15 @@ STEPS = 10
 
 
 def layout_args(lay):
-    """PP,DP,TP[,ZERO] -> rank count and overrides."""
+    """PP,DP,TP[,ZERO][:SCHEDULE] -> rank count and overrides."""
+    lay, _, sched = lay.partition(":")
     pp, dp, tp, *zero = (int(x) for x in lay.split(","))
-    return pp * dp * tp, [f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.tp={tp}",
-                          f"parallel.zero={zero[0] if zero else 0}"]
+    args = [f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.tp={tp}",
+            f"parallel.zero={zero[0] if zero else 0}"]
+    if sched:
+        v = 2 if sched in ("zb-v", "dualpipev") else 1
+        args += [f'parallel.schedule="{sched}"', f"parallel.virtual_stages={v}"]
+    return pp * dp * tp, args
 
 
 class Runner:

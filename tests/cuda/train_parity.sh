@@ -98,6 +98,11 @@ for layout in dp tp; do
     "log.dir=$out/${layout}2" || exit 1
   python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/${layout}2/metrics.jsonl" || exit 1
 done
+echo "== CUDA one rank vs CUDA tp=2 with sequence parallelism (${collectives} reductions) =="
+run sp2 "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=1 parallel.tp=2 \
+  parallel.sequence_parallel=true device.kind=\"cuda\" "comm.gpu_collectives=\"$collectives\"" \
+  "log.dir=$out/sp2" || exit 1
+python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/sp2/metrics.jsonl" || exit 1
 echo "== host fp32 vs CUDA bf16 through the flash attention kernels (head size 64, T = 160) =="
 flash=(model.d_model=128 model.n_head=2 model.seq_len=160 parallel.pp=1)
 run flash_host "$pipetrain" "${common[@]}" "${flash[@]}" "log.dir=$out/flash_host" || exit 1

@@ -191,6 +191,40 @@ TEST_P(Parity, TenAdamWSteps) {
   EXPECT_EQ(opt.updates(), c_.train.steps);
 }
 
+// PipeDream-2BW's rule (DESIGN.md section 6) against PyTorch's delayed update: step t computes
+// its loss and gradient with W(max(t-1, 0)) (GptStage::use_weights, as the 2bw engine does) and
+// AdamW turns W(t) into W(t+1), the pre-update weights kept as the next step's older version.
+TEST_P(Parity, TenTwoBwSteps) {
+  auto stage = load_stage();
+  StageActivations a = stage->make_activations();
+  AdamW opt(stage->layout(), c_.train, *t_.backend);
+  const auto losses = file_.read<double>(group_ + "/two_bw/losses");
+  const auto norms = file_.read<double>(group_ + "/two_bw/grad_norms");
+  FloatBuffer older(stage->num_params(), Memory{t_.backend->alloc, t_.backend->release});
+  const int N = c_.B * c_.model.seq_len;
+  for (int step = 0; step < c_.train.steps; ++step) {
+    load_batch(a, "/train/inputs", "/train/targets", static_cast<std::size_t>(step));
+    stage->use_weights(step == 0 ? nullptr : older.data());
+    stage->zero_grads();
+    const float loss = stage->forward(a);
+    stage->backward(a, nullptr, 1.0f / N, nullptr);
+    stage->fold_tied_head_grad();
+    stage->use_weights(nullptr);
+    const double norm = std::sqrt(ops::sum_squares(stage->grads(), stage->num_params()));
+    const double coef = c_.train.grad_clip / (norm + 1e-6);
+    const double want = losses[static_cast<std::size_t>(step)];
+    std::printf("  2bw step %2d loss %.6f (torch %.6f) grad norm %.5f (torch %.5f)\n", step + 1,
+                loss, want, norm, norms[static_cast<std::size_t>(step)]);
+    EXPECT_LE(std::abs(loss - want) / want, t_.loss_tol) << "step " << step + 1;
+    EXPECT_NEAR(norm, norms[static_cast<std::size_t>(step)],
+                t_.tensor_tol * norms[static_cast<std::size_t>(step)]);
+    t_.backend->copy(older.data(), stage->params(), older.bytes());
+    t_.backend->synchronize();
+    opt.step(stage->params(), stage->grads(), learning_rate(c_.train, step),
+             coef < 1.0 ? static_cast<float>(coef) : 1.0f);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, Parity, ::testing::Values("tied", "untied"));
 
 } // namespace

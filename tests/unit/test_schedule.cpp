@@ -23,6 +23,25 @@ TEST(Schedule, EveryScheduleValidatesExhaustively) {
         ASSERT_TRUE(v.ok) << name(kind) << " p " << p << " m " << m << ": " << v.error;
         ++checked;
       }
+      // 2bw: three steps unrolled (warm-up, steady, drained) with the optimizer step a barrier
+      if (m >= p) {
+        const Validation tb = validate(make_schedule(ScheduleKind::two_bw, p, m, 1));
+        ASSERT_TRUE(tb.ok) << "2bw p " << p << " m " << m << ": " << tb.error;
+        ++checked;
+      } else {
+        EXPECT_THROW(make_schedule(ScheduleKind::two_bw, p, m, 1), std::invalid_argument);
+      }
+      // V-shaped: zb-v for every m, dualpipev from m = 2p (below it the generator refuses)
+      const Validation zv = validate(make_schedule(ScheduleKind::zb_v, p, m, 2));
+      ASSERT_TRUE(zv.ok) << "zb-v p " << p << " m " << m << ": " << zv.error;
+      ++checked;
+      if (m >= 2 * p) {
+        const Validation dv = validate(make_schedule(ScheduleKind::dualpipev, p, m, 2));
+        ASSERT_TRUE(dv.ok) << "dualpipev p " << p << " m " << m << ": " << dv.error;
+        ++checked;
+      } else {
+        EXPECT_THROW(make_schedule(ScheduleKind::dualpipev, p, m, 2), std::invalid_argument);
+      }
       for (int vs = 2; vs <= 4 && p >= 2; ++vs) {
         if (m % p != 0) continue;
         const Validation v = validate(make_schedule(ScheduleKind::interleaved, p, m, vs));
@@ -74,6 +93,65 @@ TEST(Schedule, PeakActivationsFollowTheSchedules) {
   }
   const Validation i = validate(make_schedule(ScheduleKind::interleaved, p, m, 2));
   EXPECT_GT(i.peak_live[0], o.peak_live[0]); // interleaving costs memory on rank 0
+}
+
+TEST(Schedule, VShapedPlacementAndOrder) {
+  // stage s on rank s (s < p), else on rank 2p-1-s: embedding and head share rank 0
+  const Schedule s = make_schedule(ScheduleKind::zb_v, 4, 8, 2);
+  for (int st = 0; st < 8; ++st) {
+    EXPECT_EQ(s.rank_of(st), st < 4 ? st : 7 - st);
+    EXPECT_EQ(s.stage_of(s.rank_of(st), s.chunk_of(st)), st);
+  }
+  EXPECT_THROW(make_schedule(ScheduleKind::zb_v, 4, 8, 1), std::invalid_argument);
+  // the last rank hands micro-batches from chunk 0 to chunk 1 itself: no message between them
+  for (const Action& a : s.ranks[3]) {
+    if (a.op == Op::SEND_ACT) {
+      EXPECT_NE(a.chunk, 0) << describe(a);
+    }
+    if (a.op == Op::RECV_ACT) {
+      EXPECT_NE(a.chunk, 1) << describe(a);
+    }
+  }
+  // the notes' worked example (p 4, m 8), rank 0's compute order: F of stage 0 for mb 0-6, then
+  // F, BI, BW of stage 7 for mb 0-3, then F(0,7), BI(0,0), BW(0,0), F(7,4)
+  std::vector<std::string> got;
+  for (const Action& a : s.ranks[0]) {
+    if (a.op == Op::F || a.op == Op::BI || a.op == Op::BW) {
+      got.push_back(std::string(op_name(a.op)) + std::to_string(a.chunk == 0 ? 0 : 7) + "." +
+                    std::to_string(a.mb));
+    }
+  }
+  const std::vector<std::string> want = {
+      "F0.0",  "F0.1", "F0.2",  "F0.3",  "F0.4", "F0.5",  "F0.6",  "F7.0",  "BI7.0",
+      "BW7.0", "F7.1", "BI7.1", "BW7.1", "F7.2", "BI7.2", "BW7.2", "F7.3",  "BI7.3",
+      "BW7.3", "F0.7", "BI0.0", "BW0.0", "F7.4", "BI7.4", "BW7.4", "BI0.1", "BW0.1"};
+  ASSERT_GE(got.size(), want.size());
+  EXPECT_EQ(std::vector<std::string>(got.begin(), got.begin() + want.size()), want);
+  // ZB-V keeps 1F1B's activation memory: at most 2p chunk-micro-batches (p of a whole stage)
+  const Validation v = validate(s);
+  for (int r = 0; r < 4; ++r) EXPECT_LE(v.peak_live[static_cast<std::size_t>(r)], 8);
+}
+
+TEST(Schedule, VShapedBubbles) {
+  // with T_F = T_BI = T_BW, ZB-V is (nearly) bubble-free and below ZB-H1 on the same stage
+  // work (a V chunk is half a ZB-H1 stage); DualPipeV below 1F1B
+  for (int p = 2; p <= 8; ++p) {
+    for (int m = 2 * p; m <= 32; m += p) {
+      const double zbv =
+          simulate(make_schedule(ScheduleKind::zb_v, p, m, 2), Costs{0.5, 1.0, 0.5, 0.5, 0})
+              .mean_bubble;
+      const double zbh1 =
+          simulate(make_schedule(ScheduleKind::zb_h1, p, m, 1), Costs{1, 2, 1, 1, 0}).mean_bubble;
+      const double dual =
+          simulate(make_schedule(ScheduleKind::dualpipev, p, m, 2), Costs{0.5, 1.0, 0.5, 0.5, 0})
+              .mean_bubble;
+      const double ofob =
+          simulate(make_schedule(ScheduleKind::one_f_one_b, p, m, 1), Costs{1, 2, 1, 1, 0})
+              .mean_bubble;
+      EXPECT_LT(zbv, zbh1) << "p " << p << " m " << m;
+      EXPECT_LT(dual, ofob) << "p " << p << " m " << m;
+    }
+  }
 }
 
 Action* find(Schedule& s, int rank, Op op, int mb) {
@@ -152,6 +230,8 @@ std::vector<Schedule> all_schedules(int max_p, int max_m) {
       for (int vs = 2; vs <= 3 && m % p == 0; ++vs) {
         out.push_back(make_schedule(ScheduleKind::interleaved, p, m, vs));
       }
+      out.push_back(make_schedule(ScheduleKind::zb_v, p, m, 2));
+      if (m >= 2 * p) out.push_back(make_schedule(ScheduleKind::dualpipev, p, m, 2));
     }
   }
   return out;
@@ -250,6 +330,15 @@ TEST(Schedule, GeneratorsRefuseUnsuitableShapes) {
   EXPECT_THROW(make_schedule(ScheduleKind::interleaved, 2, 3, 2), std::invalid_argument); // m % p
   EXPECT_THROW(make_schedule(ScheduleKind::interleaved, 1, 4, 2), std::invalid_argument); // p = 1
   EXPECT_THROW(make_schedule(ScheduleKind::one_f_one_b, 2, 4, 2), std::invalid_argument); // v > 1
+  EXPECT_THROW(make_schedule(ScheduleKind::zb_v, 2, 4, 3), std::invalid_argument);        // v != 2
+  try {
+    make_schedule(ScheduleKind::dualpipev, 4, 7, 2);
+    ADD_FAILURE() << "dualpipev accepted 7 micro-batches on 4 ranks";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("dualpipev needs micro-batches >= 2 * pp (got 7"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 } // namespace

@@ -4,7 +4,9 @@
 Writes tests/data/gpt_parity.h5, which tests/unit/test_parity.cpp checks pipetrain against:
 for a tied and an untied model, the float32 weights, one batch, its logits, mean loss and
 every parameter gradient, and ten AdamW steps (batches, learning rates, grad norms, losses)
-with warmup + cosine LR, global grad-norm clipping and decoupled weight decay.
+with warmup + cosine LR, global grad-norm clipping and decoupled weight decay; and the same ten
+steps under PipeDream-2BW's delayed update (DESIGN.md section 6): step t's gradient is taken at
+W(max(t-1, 0)) and applied to W(t).
 
 The reference computes in float64 from the float32 weights, so the fixture holds the exact
 answer for those weights; pipetrain (float32) must come within the test's tolerances.
@@ -107,6 +109,38 @@ def learning_rate(step):
     return t["min_lr"] + 0.5 * (t["lr"] - t["min_lr"]) * (1.0 + math.cos(math.pi * progress))
 
 
+def adamw_steps(weights, cfg, tied, tokens, delayed):
+    """Ten AdamW steps (no decay on biases and norms) on tokens[1:]; delayed: each step's gradient
+    at the weights one step older (2bw). Returns the losses and the gradient norms."""
+    T = cfg["seq_len"]
+    p = {n: w.double().requires_grad_(True) for n, w in weights.items()}
+    decay = [t for n, t in p.items() if len(t.shape) >= 2]
+    no_decay = [t for n, t in p.items() if len(t.shape) < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": TRAIN["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=TRAIN["lr"], betas=(TRAIN["beta1"], TRAIN["beta2"]), eps=TRAIN["eps"])
+    older = {n: t.detach().clone() for n, t in p.items()}  # W(max(t-1, 0))
+    losses, norms = [], []
+    for step in range(TRAIN["steps"]):
+        opt.zero_grad()
+        x, y = tokens[step + 1, :, :T], tokens[step + 1, :, 1:]
+        at = {n: older[n].clone().requires_grad_(True) for n in p} if delayed else p
+        loss, _ = forward(at, cfg, tied, x, y)
+        loss.backward()
+        if delayed:
+            for n, t in p.items():
+                t.grad = at[n].grad
+            older = {n: t.detach().clone() for n, t in p.items()}  # W(t), for step t+1
+        norm = torch.nn.utils.clip_grad_norm_(list(p.values()), TRAIN["grad_clip"])
+        for g in opt.param_groups:
+            g["lr"] = learning_rate(step)
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm.item())
+    return losses, norms
+
+
 def write_case(group, cfg, tied, seed):
     gen = torch.Generator().manual_seed(seed)
     weights = init_params(cfg, tied, gen)
@@ -134,33 +168,16 @@ def write_case(group, cfg, tied, seed):
     for name, t in p.items():
         group.create_dataset("grads/" + name, data=t.grad.float().numpy())
 
-    # ten AdamW steps: no decay on biases and norms
-    p = {n: w.double().requires_grad_(True) for n, w in weights.items()}
-    decay = [t for n, t in p.items() if len(t.shape) >= 2]
-    no_decay = [t for n, t in p.items() if len(t.shape) < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": TRAIN["weight_decay"]},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=TRAIN["lr"], betas=(TRAIN["beta1"], TRAIN["beta2"]), eps=TRAIN["eps"])
-    losses, norms, lrs = [], [], []
-    for step in range(steps):
-        opt.zero_grad()
-        x, y = tokens[step + 1, :, :T], tokens[step + 1, :, 1:]
-        loss, _ = forward(p, cfg, tied, x, y)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(list(p.values()), TRAIN["grad_clip"])
-        lr = learning_rate(step)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
-        losses.append(loss.item())
-        norms.append(norm.item())
-        lrs.append(lr)
+    losses, norms = adamw_steps(weights, cfg, tied, tokens, delayed=False)
+    lrs = [learning_rate(step) for step in range(steps)]
     group.create_dataset("train/inputs", data=tokens[1:, :, :T].numpy().astype(np.int32))
     group.create_dataset("train/targets", data=tokens[1:, :, 1:].numpy().astype(np.int32))
     group.create_dataset("train/losses", data=np.array(losses))
     group.create_dataset("train/grad_norms", data=np.array(norms))
     group.create_dataset("train/lrs", data=np.array(lrs))
+    two_bw_losses, two_bw_norms = adamw_steps(weights, cfg, tied, tokens, delayed=True)
+    group.create_dataset("two_bw/losses", data=np.array(two_bw_losses))
+    group.create_dataset("two_bw/grad_norms", data=np.array(two_bw_norms))
     return losses, norms
 
 
