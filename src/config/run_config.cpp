@@ -33,7 +33,7 @@ const std::map<std::string, std::vector<std::string>>& known_keys() {
        {"allreduce", "autotune", "topology", "calibration", "bucket_mb", "overlap",
         "ranks_per_node", "gpu_collectives", "gpu_p2p"}},
       {"device", {"kind", "precision", "blas_threads"}},
-      {"log", {"every", "dir", "trace", "op_profile"}},
+      {"log", {"every", "dir", "trace", "trace_steps", "op_profile"}},
       {"runtime", {"hang_timeout_s", "deterministic", "exit_after_steps"}},
   };
   return keys;
@@ -328,11 +328,6 @@ void apply_override(toml::table& root, const std::string& arg, std::set<std::str
   overridden.insert(name);
 }
 
-void not_supported(DeckReader& r, const std::string& sec, const std::string& key,
-                   const std::string& what) {
-  r.fail(sec, key, "is not supported yet: " + what);
-}
-
 } // namespace
 
 RunConfig parse_deck(const std::string& text, const std::string& deck_path,
@@ -471,14 +466,28 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   c.log.every = static_cast<int>(r.get_int("log", "every", 1, 1, kBig));
   c.log.dir = r.get_string("log", "dir", "runs");
   c.log.trace = r.get_bool("log", "trace", false);
+  // log.trace_steps = [first, last]: by default the second step (the first one allocates)
+  c.log.trace_first = c.log.trace_last = std::min(2, std::max(1, c.train.steps));
+  if (const toml::node* t = r.raw("log", "trace_steps")) {
+    const toml::array* a = t->as_array();
+    const bool two = a != nullptr && a->size() == 2 && (*a)[0].is_integer() && (*a)[1].is_integer();
+    const long long first = two ? *(*a)[0].value<std::int64_t>() : 0;
+    const long long last = two ? *(*a)[1].value<std::int64_t>() : 0;
+    if (!two || first < 1 || first > last || last > c.train.steps) {
+      r.fail("log", "trace_steps",
+             "must be [first, last], two step numbers with 1 <= first <= last <= train.steps "
+             "(e.g. [2, 3])");
+    } else {
+      c.log.trace_first = static_cast<int>(first);
+      c.log.trace_last = static_cast<int>(last);
+    }
+  }
   c.log.op_profile = r.get_bool("log", "op_profile", false);
   c.runtime.hang_timeout_s = r.get_double("runtime", "hang_timeout_s", 600.0, 0.0, 1e7);
   c.runtime.deterministic = r.get_bool("runtime", "deterministic", false);
   c.runtime.exit_after_steps =
       static_cast<int>(r.get_int("runtime", "exit_after_steps", 0, 0, kBig));
 
-  // ---- features that later issues bring ----
-  if (c.log.trace) not_supported(r, "log", "trace", "Chrome traces come in a later release");
   // [checkpoint]: present (in the deck or as an override) means checkpointing is on
   c.checkpoint.enabled = root.get("checkpoint") != nullptr;
   if (c.checkpoint.enabled) {

@@ -97,6 +97,7 @@ struct LogConfig {
   int every = 1;
   std::string dir = "runs";
   bool trace = false;
+  int trace_first = 1, trace_last = 1; // log.trace_steps = [first, last], 1-based, inclusive
   bool op_profile = false; // time every kernel op (synchronized), print a table at the end
 };
 

@@ -185,11 +185,14 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t, bool 
       ++it;
       continue;
     }
-    t.wait_s += transport_.wait(it->second, "completion of SEND_ACT(mb " +
-                                                std::to_string(it->first.first) + ")");
+    waited(st,
+           transport_.wait(it->second,
+                           "completion of SEND_ACT(mb " + std::to_string(it->first.first) + ")"),
+           it->first.first, it->first.second);
     it = act_sends_.erase(it);
   }
-  for (auto& req : st.grad_sends) t.wait_s += transport_.wait(req, "completion of SEND_GRAD");
+  for (auto& req : st.grad_sends)
+    waited(st, transport_.wait(req, "completion of SEND_GRAD"), -1, -1);
   for (auto& c : chunks_) c->use_weights(nullptr);
   t.pipeline_s = MPI_Wtime() - t_start;
   return st.loss_sum;
@@ -208,20 +211,30 @@ std::pair<int, int> PipelineEngine::step_of(const Step& st, int mb) const {
   return {mb / m == st.step % 2 ? st.step : st.step + 1, mb % m};
 }
 
-void PipelineEngine::timed(Step& st, int op, const std::function<void()>& fn) {
+void PipelineEngine::timed(Step& st, int op, const Action& a, const std::function<void()>& fn) {
   const double t0 = MPI_Wtime();
   fn();
-  const double dt = MPI_Wtime() - t0;
-  st.t.compute_s += dt;
-  st.t.op_s[op] += dt;
+  const double t1 = MPI_Wtime();
+  st.t.compute_s += t1 - t0;
+  st.t.op_s[op] += t1 - t0;
   ++st.t.op_n[op];
+  if (trace_ != nullptr) trace_->add(schedule::op_name(a.op), t0, t1, st.step, a.mb, a.chunk);
+}
+
+void PipelineEngine::waited(Step& st, double seconds, int mb, int chunk) {
+  st.t.wait_s += seconds;
+  if (trace_ == nullptr) return;
+  const double now = MPI_Wtime();
+  trace_->add("wait", now - seconds, now, st.step, mb, chunk);
 }
 
 // A micro-batch's activation send must be complete before its slot is reused.
 void PipelineEngine::finish_slot(Step& st, int chunk, int mb) {
   if (auto it = act_sends_.find({mb, chunk}); it != act_sends_.end()) {
-    st.t.wait_s += transport_.wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) +
-                                                   ", chunk " + std::to_string(chunk) + ")");
+    waited(st,
+           transport_.wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) +
+                                           ", chunk " + std::to_string(chunk) + ")"),
+           mb, chunk);
     act_sends_.erase(it);
   }
   release(chunk, mb);
@@ -233,16 +246,17 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   switch (a.op) {
   case Op::RECV_ACT:
   case Op::RECV_GRAD:
-    st.t.wait_s +=
-        transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
-                        schedule::describe(a) + " (pipeline rank " + std::to_string(me_) +
-                            ", step " + std::to_string(st.step + 1) + ")");
+    waited(st,
+           transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
+                           schedule::describe(a) + " (pipeline rank " + std::to_string(me_) +
+                               ", step " + std::to_string(st.step + 1) + ")"),
+           a.mb, a.chunk);
     return;
   case Op::F: {
     Slot& s = acquire(a.chunk, a.mb);
     const auto [step, j] = step_of(st, a.mb);
     if (weights_for_) stage.use_weights(weights_for_(a.chunk, step));
-    return timed(st, 0, [&] {
+    return timed(st, 0, a, [&] {
       if (stage.spec().first || stage.spec().last) {
         st.sampler.fill(step, st.first_sample + static_cast<std::int64_t>(j) * B, B,
                         s.acts.tokens.data(), s.acts.targets.data());
@@ -271,7 +285,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   case Op::B: {
     Slot& s = *live_.at({a.mb, a.chunk});
     if (weights_for_) stage.use_weights(weights_for_(a.chunk, step_of(st, a.mb).first));
-    timed(st, 1, [&] {
+    timed(st, 1, a, [&] {
       const float* dout = received_grad(stage, a.mb, a.chunk);
       float* d_input = stage.spec().first ? nullptr : grad_send_buf_.at({a.mb, a.chunk}).data();
       stage.backward(s.acts, dout, loss_scale_, d_input);
@@ -280,7 +294,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   }
   case Op::BI: {
     Slot& s = *live_.at({a.mb, a.chunk});
-    return timed(st, 2, [&] {
+    return timed(st, 2, a, [&] {
       const float* dout = received_grad(stage, a.mb, a.chunk);
       stage.backward_input(s.acts, dout, loss_scale_, s.stash);
       if (!stage.spec().first) {
@@ -292,7 +306,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   }
   case Op::BW: {
     Slot& s = *live_.at({a.mb, a.chunk});
-    timed(st, 3, [&] { stage.backward_weight(s.acts, s.stash); });
+    timed(st, 3, a, [&] { stage.backward_weight(s.acts, s.stash); });
     return finish_slot(st, a.chunk, a.mb);
   }
   case Op::SEND_GRAD:

@@ -20,6 +20,7 @@
 #include "model/gpt_stage.hpp"
 #include "parallel/layout.hpp"
 #include "schedule/schedule.hpp"
+#include "telemetry/trace.hpp"
 
 namespace pt {
 
@@ -57,6 +58,9 @@ public:
 
   // 2bw: the weights a chunk computes a micro-batch of optimizer step `step` with (null: its
   // newest, GptStage::params()).
+  // log.trace: every compute action and wait goes into it (null: none).
+  void set_trace(Trace* trace) { trace_ = trace; }
+
   void set_weights_for(std::function<float*(int chunk, int step)> f) {
     weights_for_ = std::move(f);
   }
@@ -71,9 +75,11 @@ private:
   struct Step;                       // one run()'s messages in flight, loss and times
   void execute(const schedule::Action& a, GptStage& stage, Step& st);
   const std::vector<schedule::Action>& step_list(int step, bool drain);
-  std::pair<int, int> step_of(const Step& st, int mb) const;     // (optimizer step, j) of an id
-  void timed(Step& st, int op, const std::function<void()>& fn); // compute, into st's times
-  void finish_slot(Step& st, int chunk, int mb);                 // after B/BW: send done, slot free
+  std::pair<int, int> step_of(const Step& st, int mb) const; // (optimizer step, j) of an id
+  // compute (op 0-3: F, B, BI, BW), into st's times and the trace
+  void timed(Step& st, int op, const schedule::Action& a, const std::function<void()>& fn);
+  void waited(Step& st, double seconds, int mb, int chunk); // a wait, likewise
+  void finish_slot(Step& st, int chunk, int mb);            // after B/BW: send done, slot free
   Slot& acquire(int chunk, int mb);
   // The chunk of this rank that runs the virtual stage after (dir +1) or before (-1) chunk's, or
   // -1 when another rank does (V placement hands micro-batches between chunks of one rank).
@@ -96,6 +102,7 @@ private:
   std::vector<schedule::Schedule> async_lists_;  // 2bw: step lists by parity, warm, drain
   bool warm_ = true;                             // 2bw: the next list starts with its warm-up
   std::function<float*(int, int)> weights_for_;
+  Trace* trace_ = nullptr;
   std::map<Key, PipeTransport::Handle> act_sends_; // outstanding activation sends
   int p_, v_, me_, N_, C_; // N_: rows of a message (the stages' residual rows)
   float loss_scale_;

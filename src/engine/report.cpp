@@ -19,9 +19,11 @@ namespace {
 
 // The bubble this step: measured idle / pipeline time (mean over pp ranks), and the simulator's
 // prediction from this step's measured per-rank action costs.
-std::pair<double, double> bubble_of(const Run& run, const StepTimes& times) {
+// log.trace: the first traced step's prediction goes into the trace.
+std::pair<double, double> bubble_of(Run& run, const StepTimes& times, int step) {
   const int p = run.layout.pp();
-  if (p < 2) return {0.0, 0.0};
+  const bool predict_trace = run.trace.on(step) && step + 1 == run.trace.first();
+  if (p < 2 && !predict_trace) return {0.0, 0.0};
   MPI_Comm pp = run.layout.pp_comm();
   double span = times.pipeline_s, compute = times.compute_s;
   const std::string what = "the step's bubble metrics (pipeline group)";
@@ -38,8 +40,10 @@ std::pair<double, double> bubble_of(const Run& run, const StepTimes& times) {
     const double* a = all.data() + 4 * r;
     costs.push_back(schedule::Costs{a[0], a[1], a[2], a[3], 0.0});
   }
-  return {1.0 - compute / p / span,
-          schedule::step_bubble(schedule::simulate(run.plan.schedule, costs))};
+  const schedule::Simulation sim = schedule::simulate(run.plan.schedule, costs);
+  if (predict_trace) run.trace.set_prediction(sim.spans);
+  if (p < 2) return {0.0, 0.0};
+  return {1.0 - compute / p / span, schedule::step_bubble(sim)};
 }
 
 // Memory so far, the largest rank's: measured (the peak of pipetrain's allocations), predicted
@@ -116,7 +120,7 @@ void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
   sm.tokens_per_s = tokens_per_step / dt;
   sm.tflops = flops_per_token(cfg.model) * tokens_per_step / dt / 1e12;
   sm.mfu = sm.tflops * 1e12 / run.peak_flops;
-  std::tie(sm.bubble, sm.bubble_predicted) = bubble_of(run, s.times);
+  std::tie(sm.bubble, sm.bubble_predicted) = bubble_of(run, s.times, step);
   double comm_t[2] = {s.comm.exposed_s, s.comm.busy_s};
   run.watchdog.allreduce(comm_t, 2, MPI_DOUBLE, MPI_MAX, run.layout.world(),
                          "the step's communication metrics");

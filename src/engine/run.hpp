@@ -21,6 +21,7 @@
 #include "model/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "telemetry/metrics.hpp"
+#include "telemetry/trace.hpp"
 
 namespace pt {
 
@@ -68,6 +69,7 @@ struct Run {
   // params() holds W(u), u = newest, the optimizer steps done), for the micro-batches in flight
   std::vector<FloatBuffer> older;
   int newest = 0;
+  Trace trace;              // log.trace
   double peak_flops = 0.0;  // every rank's measured GEMM rate, summed
   int replicas_checked = 0; // test hook check_tp_replicas
 };

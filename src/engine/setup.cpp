@@ -204,7 +204,8 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
     : cfg(cfg_), layout(layout_), plan(plan_), be(open_backend(cfg_, layout_.world())),
       blas_threads(blas_threads_for(cfg_.device, layout_)),
       watchdog(cfg_.runtime.hang_timeout_s, layout_.rank()),
-      whole(cfg_.model, StageSpec{true, true, 0, cfg_.model.n_layer}) {
+      whole(cfg_.model, StageSpec{true, true, 0, cfg_.model.n_layer}),
+      trace(cfg_.log.trace, cfg_.log.trace_first, cfg_.log.trace_last) {
   ops::set_blas_threads(blas_threads);
   const ModelConfig& m = cfg.model;
   data = open_collectively(layout.world(), cfg.data.path, m.vocab_size, m.seq_len);
@@ -237,6 +238,7 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
   std::vector<GradSync*> raw;
   for (const auto& s : syncs) raw.push_back(s.get());
   engine->set_grad_sync(raw);
+  if (cfg.log.trace) engine->set_trace(&trace);
   if (!older.empty()) { // 2bw: step s computes with W(max(s-1, 0)), params() or older (newest-1)
     engine->set_weights_for([this](int chunk, int step) -> float* {
       const int version = std::max(step - 1, 0);

@@ -153,7 +153,10 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain) {
   const double t0 = MPI_Wtime();
   for (auto& c : run.chunks) c->zero_grads();
   const double loss = run.engine->run(step, sampler, r.times, drain);
+  const double t_reduce = MPI_Wtime();
   finish_gradients(run, r.comm);
+  run.trace.add("gradient reductions", t_reduce, MPI_Wtime(), step);
+  const double t_update = MPI_Wtime();
   r.loss = reduce_loss(run, loss);
   r.grad_norm = grad_norm(run);
   if (test_hooks().check_tp_replicas) {
@@ -185,6 +188,7 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain) {
       run.opts[c]->step(run.chunks[c]->params(), run.chunks[c]->grads(), r.lr, grad_scale);
     }
   }
+  run.trace.add("optimizer", t_update, MPI_Wtime(), step); // loss, norm, clipping, AdamW
   r.seconds = MPI_Wtime() - t0;
   return r;
 }

@@ -153,6 +153,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   for (int step = totals.first_step; step < cfg.train.steps; ++step) {
     run.watchdog.barrier(layout.world(),
                          "the barrier that starts step " + std::to_string(step + 1));
+    run.trace.start_step(step);
     // log.op_profile counts the steps after the first (which also allocates scratch and has
     // cuBLAS choose its kernels), or the first alone in a one-step run
     if (step == totals.first_step + 1) reset_op_times();
@@ -174,6 +175,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     }
   }
   report_end(run, totals);
+  if (cfg.log.trace)
+    run.trace.write(cfg.log.dir + "/trace.json", layout.world(), layout.coords().pp);
   result.steps_done = totals.steps_done;
   result.final_loss = totals.final_loss;
   const int timed = totals.steps_done - totals.first_step - 1;

@@ -306,6 +306,7 @@ Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
           now[R] = barrier[static_cast<std::size_t>(passed[R]++)];
           break;
         }
+        if (cost > 0.0) out.spans.push_back({r, a.op, a.mb, a.chunk, now[R], now[R] + cost});
         now[R] += cost;
         out.busy[R] += cost;
       },

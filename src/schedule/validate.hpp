@@ -33,8 +33,17 @@ struct Costs {
   double comm = 0.0; // latency of one SEND -> RECV
 };
 
+// One compute action as the simulator placed it.
+struct Span {
+  int rank;
+  Op op;
+  int mb, chunk;
+  double start, end;
+};
+
 struct Simulation {
   double step_time = 0.0;
+  std::vector<Span> spans;    // every F, B, BI and BW
   std::vector<double> busy;   // per rank: compute time
   std::vector<double> bubble; // per rank: 1 - busy / step_time (idle fraction, definition B)
   double mean_bubble = 0.0;

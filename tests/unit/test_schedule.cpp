@@ -326,6 +326,32 @@ TEST(Schedule, InterleavedChannelsWrapAroundToTheFirstRank) {
   EXPECT_EQ(ch[0].messages.size(), 4u); // 0->1: stage 0 -> 1 and stage 2 -> 3, per micro-batch
 }
 
+TEST(Schedule, RejectsBrokenNewSchedules) {
+  // zb-v with a weight half moved before its input half
+  Schedule v = make_schedule(ScheduleKind::zb_v, 2, 4, 2);
+  auto& r1 = v.ranks[1];
+  const auto bw = std::find(r1.begin(), r1.end(), Action{Op::BW, 0, 1, -1});
+  ASSERT_NE(bw, r1.end());
+  const Action moved = *bw;
+  r1.erase(bw);
+  r1.insert(r1.begin(), moved);
+  Validation bad = validate(v);
+  ASSERT_FALSE(bad.ok);
+  EXPECT_NE(bad.error.find("BW(mb 0, chunk 1): comes before its BI"), std::string::npos)
+      << bad.error;
+  // 2bw with the last rank's first optimizer step moved to the front of its list: it waits
+  // there for rank 0, which waits for its gradients
+  Schedule t = make_schedule(ScheduleKind::two_bw, 2, 4, 1);
+  auto& last = t.ranks[1];
+  last.erase(std::find(last.begin(), last.end(), Action{Op::STEP, 0, 0, -1}));
+  last.insert(last.begin(), Action{Op::STEP, 0, 0, -1});
+  bad = validate(t);
+  ASSERT_FALSE(bad.ok);
+  EXPECT_NE(bad.error.find("deadlock"), std::string::npos) << bad.error;
+  EXPECT_NE(bad.error.find("waits for every rank at the optimizer step"), std::string::npos)
+      << bad.error;
+}
+
 TEST(Schedule, GeneratorsRefuseUnsuitableShapes) {
   EXPECT_THROW(make_schedule(ScheduleKind::interleaved, 2, 3, 2), std::invalid_argument); // m % p
   EXPECT_THROW(make_schedule(ScheduleKind::interleaved, 1, 4, 2), std::invalid_argument); // p = 1
