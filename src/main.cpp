@@ -14,6 +14,7 @@
 #include "config/load_deck.hpp"
 #include "engine/trainer.hpp"
 #include "parallel/layout.hpp"
+#include "plan/planner.hpp"
 #include "util/errors.hpp"
 
 #ifndef PIPETRAIN_VERSION
@@ -30,6 +31,9 @@ int world_rank() {
 
 // Every rank runs this; only rank 0 prints. Returns the process exit code.
 int run(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "plan") {
+    return world_rank() == 0 ? pt::plan_main(argc - 1, argv + 1) : 0;
+  }
   CLI::App app{"pipetrain: pipeline/data/tensor-parallel GPT training on MPI clusters.\n"
                "Usage: mpirun -np N pipetrain DECK.toml [section.key=value ...]"};
   app.footer("Kokkos' own options (threads, devices): pipetrain --kokkos-help");

@@ -65,7 +65,7 @@ struct Rank {
     if (!in) fuzz::finding("cannot read the seeds' deck", PT_FUZZ_CHECKPOINT_DECK);
     cfg = pt::parse_deck(text.str(), PT_FUZZ_CHECKPOINT_DECK, {}, 1);
     layout = std::make_unique<pt::Layout>(MPI_COMM_WORLD, cfg.parallel, cfg.comm);
-    // as engine/plan.cpp partitions and engine/setup.cpp make_chunks builds them
+    // as plan/plan.cpp partitions and engine/setup.cpp make_chunks builds them
     const int p = cfg.parallel.pp, me = layout->coords().pp;
     const std::vector<int> layers =
         pt::partition_layers(cfg.parallel, cfg.model.n_layer, p * cfg.parallel.virtual_stages,

@@ -1,4 +1,4 @@
-#include "engine/memory.hpp"
+#include "plan/memory.hpp"
 
 #include <mpi.h>
 #include <unistd.h>
@@ -16,9 +16,9 @@
 #include "comm/reducers.hpp"
 #include "comm/topology.hpp"
 #include "cuda/device_query.hpp"
-#include "engine/trainer.hpp"
 #include "model/partition.hpp"
 #include "parallel/layout.hpp"
+#include "plan/plan.hpp"
 #include "util/errors.hpp"
 
 namespace pt {

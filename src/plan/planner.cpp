@@ -1,0 +1,326 @@
+#include "plan/planner.hpp"
+
+#include <CLI/CLI.hpp>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "model/param_layout.hpp"
+#include "plan/plan.hpp"
+#include "util/errors.hpp"
+
+namespace pt {
+
+Machine read_machine(const std::string& path) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw input_error("machine file '" + path + "': " + std::string(e.description()));
+  }
+  auto num = [&](const char* sec, const char* key) {
+    const std::optional<double> v = t[sec][key].value<double>();
+    if (!v || *v <= 0.0) {
+      throw input_error("machine file '" + path + "': " + sec + "." + key +
+                        " is missing or not a positive number (docs/planner.md)");
+    }
+    return *v;
+  };
+  Machine m;
+  m.name = t["machine"]["name"].value_or(path);
+  m.peak_flops = num("machine", "peak_tflops") * 1e12;
+  m.efficiency = num("machine", "efficiency");
+  m.memory_bytes = num("machine", "memory_gib") * 1073741824.0;
+  m.ranks_per_node = static_cast<int>(num("machine", "ranks_per_node"));
+  m.intra_bw = num("network", "intra_node_gb_s") * 1e9;
+  m.intra_latency = num("network", "intra_node_latency_us") * 1e-6;
+  m.inter_bw = num("network", "inter_node_gb_s") * 1e9;
+  m.inter_latency = num("network", "inter_node_latency_us") * 1e-6;
+  return m;
+}
+
+std::vector<std::string> Candidate::overrides() const {
+  return {"parallel.pp=" + std::to_string(pp),
+          "parallel.dp=" + std::to_string(dp),
+          "parallel.tp=" + std::to_string(tp),
+          "parallel.virtual_stages=" + std::to_string(v),
+          "parallel.schedule=\"" + schedule + "\"",
+          "train.micro_batch=" + std::to_string(micro_batch),
+          "train.recompute=\"" + recompute + "\"",
+          "parallel.zero=" + std::to_string(zero),
+          std::string("parallel.sequence_parallel=") + (sp ? "true" : "false")};
+}
+
+namespace {
+
+// Seconds of a ring all-reduce of `bytes` over n ranks on a link.
+double allreduce_s(double bytes, int n, double bw, double latency) {
+  if (n < 2) return 0.0;
+  return 2.0 * (n - 1) * (latency + bytes / n / bw);
+}
+
+// The step-time model of one layout (docs/planner.md): forward FLOPs per stage and micro-batch
+// at the machine's sustained rate, backward twice that (plus the forward again under full
+// recompute, the attention core under selective), tensor-parallel all-reduces inside each
+// action, one pipeline message per F and B; the schedule simulated with these per-rank costs;
+// then the data-parallel reduction of the largest rank's gradients, not overlapped.
+void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Candidate& c) {
+  const ModelConfig& m = cfg.model;
+  const double B = cfg.train.micro_batch, T = m.seq_len, C = m.d_model, V = m.vocab_size;
+  const double tp = c.tp, rate = mc.peak_flops * mc.efficiency;
+  const double layer_f = (24.0 * B * T * C * C + 4.0 * B * T * T * C) / tp;
+  const double attn_core = 4.0 * B * T * T * C / tp;
+  const double head_f = 2.0 * B * T * C * V / tp;
+  const bool tp_in_node = c.tp <= mc.ranks_per_node;
+  const double act_bytes = 4.0 * B * T * C; // fp32 activations
+  const double tp_ar = allreduce_s(act_bytes, c.tp, tp_in_node ? mc.intra_bw : mc.inter_bw,
+                                   tp_in_node ? mc.intra_latency : mc.inter_latency);
+  const bool pp_in_node = c.pp * c.dp * c.tp <= mc.ranks_per_node;
+  const double msg = (pp_in_node ? mc.intra_latency : mc.inter_latency) +
+                     act_bytes / (c.sp ? tp : 1.0) / (pp_in_node ? mc.intra_bw : mc.inter_bw);
+  const schedule::Schedule& s = plan.schedule;
+  std::vector<schedule::Costs> costs(static_cast<std::size_t>(c.pp));
+  double heaviest_params = 0.0;
+  for (int r = 0; r < c.pp; ++r) {
+    double f = 0.0, extra = 0.0, ar = 0.0, params = 0.0;
+    for (int ch = 0; ch < s.v; ++ch) {
+      const StageSpec spec = stage_spec(plan.layers, s.stage_of(r, ch));
+      const int L = spec.layer_end - spec.layer_begin;
+      f += L * layer_f + (spec.last ? head_f : 0.0);
+      extra +=
+          c.recompute == "full" ? L * layer_f : (c.recompute == "selective" ? L * attn_core : 0);
+      ar += (2.0 * L + (spec.first ? 1 : 0)) * tp_ar; // per direction, per micro-batch
+      params += static_cast<double>(ParamLayout(m, spec, 0, c.tp).total());
+    }
+    heaviest_params = std::max(heaviest_params, params);
+    const double per_chunk = 1.0 / s.v; // the simulator's actions are per chunk
+    const double F = (f / rate + ar + msg) * per_chunk;
+    const double Bk = ((2.0 * f + extra) / rate + ar + msg) * per_chunk;
+    costs[static_cast<std::size_t>(r)] = schedule::Costs{
+        F, Bk, (f + extra) / rate * per_chunk + ar + msg, f / rate * per_chunk, 0.0};
+  }
+  const schedule::Simulation sim = schedule::simulate(s, costs);
+  double pipeline = sim.step_time;
+  if (!sim.step_ends.empty()) { // 2bw: the steady middle step
+    pipeline = sim.step_ends[1] - sim.step_ends[0];
+  }
+  const bool dp_in_node = c.dp * c.tp <= mc.ranks_per_node;
+  const double dp_s =
+      allreduce_s(4.0 * heaviest_params, c.dp, dp_in_node ? mc.intra_bw : mc.inter_bw,
+                  dp_in_node ? mc.intra_latency : mc.inter_latency);
+  c.step_time_s = pipeline + dp_s;
+  c.bubble = schedule::step_bubble(sim);
+  const double tokens = static_cast<double>(cfg.train.global_batch) * m.seq_len;
+  c.tokens_per_s = tokens / c.step_time_s;
+  // hardware FLOP/s: the model's 6N + 6LCT per token, plus recompute's extra forward
+  const double recompute_share = c.recompute == "full" ? 4.0 / 3.0 : 1.0;
+  c.tflops_per_rank = flops_per_token(m) * recompute_share * c.tokens_per_s /
+                      (static_cast<double>(c.pp) * c.dp * c.tp) / 1e12;
+  c.mfu = flops_per_token(m) * c.tokens_per_s / (static_cast<double>(c.pp) * c.dp * c.tp) /
+          mc.peak_flops;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int k = 1; k <= n; ++k) {
+    if (n % k == 0) d.push_back(k);
+  }
+  return d;
+}
+
+} // namespace
+
+std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::string& deck_path,
+                                    const std::vector<std::string>& overrides, int ranks,
+                                    const Machine& mc) {
+  std::map<std::string, std::string> fixed; // what the command line fixes: key -> value
+  std::vector<std::string> model_overrides; // and those that are not layout keys
+  for (const std::string& o : overrides) {
+    std::string value = o.substr(o.find('=') + 1);
+    value.erase(std::remove(value.begin(), value.end(), '"'), value.end());
+    fixed[o.substr(0, o.find('='))] = value;
+    if (o.rfind("parallel.", 0) != 0) model_overrides.push_back(o);
+  }
+  // the model, on one rank (the deck's own layout may not fit it)
+  std::vector<std::string> one = {"parallel.pp=1",
+                                  "parallel.dp=1",
+                                  "parallel.tp=1",
+                                  "parallel.virtual_stages=1",
+                                  "parallel.schedule=\"1f1b\"",
+                                  "parallel.zero=0",
+                                  "parallel.sequence_parallel=false",
+                                  "parallel.partition=\"uniform\""};
+  one.insert(one.end(), model_overrides.begin(), model_overrides.end());
+  const ModelConfig m = parse_deck(deck_text, deck_path, one, 1).model;
+  std::vector<Candidate> out;
+  auto pick = [&](const char* key, std::vector<std::string> values) {
+    const auto it = fixed.find(key);
+    return it != fixed.end() ? std::vector<std::string>{it->second} : values;
+  };
+  auto pick_int = [&](const char* key, std::vector<int> values) {
+    const auto it = fixed.find(key);
+    return it != fixed.end() ? std::vector<int>{std::atoi(it->second.c_str())} : values;
+  };
+  for (int tp : pick_int("parallel.tp", divisors(ranks))) {
+    for (int pp : pick_int("parallel.pp", divisors(std::max(1, ranks / tp)))) {
+      const int dp = std::max(1, ranks / (tp * pp));
+      for (const std::string& sched :
+           pick("parallel.schedule", {"1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"})) {
+        for (const std::string& mb : pick("train.micro_batch", {"1", "2", "4", "8"})) {
+          for (const std::string& rc : pick("train.recompute", {"none", "selective", "full"})) {
+            for (int zero :
+                 pick_int("parallel.zero", dp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0})) {
+              for (int sp : fixed.count("parallel.sequence_parallel")
+                                ? std::vector<int>{fixed["parallel.sequence_parallel"] == "true"}
+                                : (tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0})) {
+                Candidate c;
+                c.pp = pp, c.dp = dp, c.tp = tp, c.schedule = sched, c.recompute = rc;
+                c.micro_batch = std::stoi(mb), c.zero = zero, c.sp = sp == 1;
+                c.v = sched == "interleaved" || sched == "zb-v" || sched == "dualpipev" ? 2 : 1;
+                std::vector<std::string> o = overrides;
+                for (const std::string& x : c.overrides()) {
+                  if (!fixed.count(x.substr(0, x.find('=')))) o.push_back(x);
+                }
+                RunConfig cfg;
+                try {
+                  cfg = parse_deck(deck_text, deck_path, o, ranks);
+                } catch (const Error&) {
+                  continue; // not a valid layout of this model and batch
+                }
+                c.pp = cfg.parallel.pp, c.dp = cfg.parallel.dp, c.tp = cfg.parallel.tp;
+                if (c.tp > mc.ranks_per_node) continue;
+                Plan plan;
+                // partition = "time" profiles on the real machine; here its FLOPs stand in
+                plan.costs =
+                    cfg.parallel.partition == PartitionKind::time
+                        ? BlockCosts{0.0, 24.0 * m.d_model + 4.0 * m.seq_len, 2.0 * m.vocab_size}
+                        : parameter_costs(m);
+                plan.layers =
+                    partition_layers(cfg.parallel, m.n_layer,
+                                     cfg.parallel.pp * cfg.parallel.virtual_stages, plan.costs);
+                try {
+                  plan.schedule = schedule::make_schedule(cfg.parallel.schedule, cfg.parallel.pp,
+                                                          cfg.parallel.micro_batches,
+                                                          cfg.parallel.virtual_stages);
+                } catch (const std::invalid_argument&) {
+                  continue;
+                }
+                const int dp_node = std::max(1, std::min(c.dp, mc.ranks_per_node / c.tp));
+                for (int r = 0; r < c.pp; ++r) {
+                  c.mem_bytes_per_rank =
+                      std::max(c.mem_bytes_per_rank, predict_memory(cfg, plan, r, dp_node).total());
+                }
+                c.fits = c.mem_bytes_per_rank <= 0.9 * mc.memory_bytes;
+                predict_time(cfg, plan, mc, c);
+                out.push_back(c);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
+    return std::make_tuple(!a.fits, a.step_time_s, a.mem_bytes_per_rank) <
+           std::make_tuple(!b.fits, b.step_time_s, b.mem_bytes_per_rank);
+  });
+  return out;
+}
+
+namespace {
+
+void print_table(const std::vector<Candidate>& c, std::size_t top, const Machine& mc, int ranks) {
+  std::printf("pipetrain plan: %d ranks, %d per node, machine '%s' (%.0f TFLOP/s peak per rank at "
+              "%.0f%% sustained, %.0f GiB)\n",
+              ranks, mc.ranks_per_node, mc.name.c_str(), mc.peak_flops / 1e12, 100 * mc.efficiency,
+              mc.memory_bytes / 1073741824.0);
+  std::printf("%4s %4s %4s %4s %2s %-10s %3s %-9s %4s %3s %9s %11s %8s %6s %7s %9s %4s\n", "rank",
+              "pp", "dp", "tp", "v", "schedule", "mb", "recompute", "zero", "sp", "step s",
+              "tokens/s", "TFLOP/s", "MFU", "bubble", "GiB/rank", "fits");
+  for (std::size_t i = 0; i < c.size() && i < top; ++i) {
+    const Candidate& k = c[i];
+    std::printf("%4zu %4d %4d %4d %2d %-10s %3d %-9s %4d %3s %9.3f %11.0f %8.1f %5.1f%% %6.1f%% "
+                "%9.2f %4s\n",
+                i + 1, k.pp, k.dp, k.tp, k.v, k.schedule.c_str(), k.micro_batch,
+                k.recompute.c_str(), k.zero, k.sp ? "on" : "off", k.step_time_s, k.tokens_per_s,
+                k.tflops_per_rank, 100 * k.mfu, 100 * k.bubble, k.mem_bytes_per_rank / 1073741824.0,
+                k.fits ? "yes" : "no");
+  }
+  if (!c.empty() && c.front().fits) {
+    std::printf("best: ");
+    for (const std::string& o : c.front().overrides()) std::printf("%s ", o.c_str());
+    std::printf("\n");
+  } else {
+    std::printf("no layout fits %.0f GiB per rank: more ranks, or a smaller model or batch\n",
+                mc.memory_bytes / 1073741824.0);
+  }
+}
+
+void print_json(const std::vector<Candidate>& c, std::size_t top) {
+  std::printf("[\n");
+  for (std::size_t i = 0; i < c.size() && i < top; ++i) {
+    const Candidate& k = c[i];
+    std::printf("  {\"pp\": %d, \"dp\": %d, \"tp\": %d, \"virtual_stages\": %d, \"schedule\": "
+                "\"%s\", \"micro_batch\": %d, \"recompute\": \"%s\", \"zero\": %d, "
+                "\"sequence_parallel\": %s, \"step_time_s\": %.6g, \"tokens_per_s\": %.6g, "
+                "\"tflops_per_rank\": %.6g, \"mfu\": %.6g, \"bubble\": %.6g, "
+                "\"mem_bytes_per_rank\": %.0f, \"fits\": %s}%s\n",
+                k.pp, k.dp, k.tp, k.v, k.schedule.c_str(), k.micro_batch, k.recompute.c_str(),
+                k.zero, k.sp ? "true" : "false", k.step_time_s, k.tokens_per_s, k.tflops_per_rank,
+                k.mfu, k.bubble, k.mem_bytes_per_rank, k.fits ? "true" : "false",
+                i + 1 < std::min(top, c.size()) ? "," : "");
+  }
+  std::printf("]\n");
+}
+
+} // namespace
+
+int plan_main(int argc, char** argv) {
+  CLI::App app{"pipetrain plan: the layouts of a deck's model on N ranks, ranked by predicted "
+               "step time (one process, no mpirun; docs/planner.md).\n"
+               "Usage: pipetrain plan DECK.toml [section.key=value ...] --ranks N --machine FILE"};
+  std::string deck, machine_file;
+  std::vector<std::string> overrides;
+  int ranks = 0, per_node = 0;
+  std::size_t top = 10;
+  bool json = false;
+  app.add_option("deck", deck, "input deck (TOML)")->required();
+  app.add_option("overrides", overrides, "section.key=value: fix these keys");
+  app.add_option("--ranks", ranks, "ranks of the job")->required()->check(CLI::PositiveNumber);
+  app.add_option("--ranks-per-node", per_node, "ranks per node (default: the machine file's)");
+  app.add_option("--machine", machine_file, "machine file, e.g. inputs/machines/a100-dgx.toml")
+      ->required();
+  app.add_option("--top", top, "rows to print (default 10)");
+  app.add_flag("--json", json, "print the rows as a JSON list");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    Machine mc = read_machine(machine_file);
+    if (per_node > 0) mc.ranks_per_node = per_node;
+    std::ifstream in(deck);
+    if (!in) throw input_error("deck '" + deck + "': cannot be read");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::vector<Candidate> c = plan_layouts(text.str(), deck, overrides, ranks, mc);
+    if (c.empty()) {
+      throw input_error("no valid layout of this deck on " + std::to_string(ranks) +
+                        " ranks (check the overrides, n_head, vocab_size and global_batch)");
+    }
+    json ? print_json(c, top) : print_table(c, top, mc, ranks);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
+    return static_cast<int>(e.code());
+  }
+}
+
+} // namespace pt

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""plan_check.py PIPETRAIN ROOT: `pipetrain plan` on one process (DESIGN.md section 10).
+- gpt2-350m on 64 A100s (8 per node): --json parses, every row has the documented keys, fitting
+  rows come first and are sorted by predicted step time, the best fits 80 GiB per rank, and the
+  table form prints the best row's overrides;
+- fixing parallel.tp=2 parallel.pp=2 on the command line leaves only such rows;
+- a machine file without a key is refused with exit 2 naming it."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+exe, root = sys.argv[1], sys.argv[2]
+deck = os.path.join(root, "inputs", "gpt2-350m.toml")
+a100 = os.path.join(root, "inputs", "machines", "a100-dgx.toml")
+KEYS = ("pp dp tp virtual_stages schedule micro_batch recompute zero sequence_parallel step_time_s "
+        "tokens_per_s tflops_per_rank mfu bubble mem_bytes_per_rank fits").split()
+bad = []
+
+
+def plan(*args):
+    return subprocess.run([exe, "plan", deck, *args], capture_output=True, text=True)
+
+
+out = plan("--ranks", "64", "--ranks-per-node", "8", "--machine", a100, "--json", "--top", "1000")
+rows = json.loads(out.stdout)
+print(f"{len(rows)} layouts of gpt2-350m on 64 ranks")
+if not rows or any(set(KEYS) - set(r) for r in rows):
+    bad.append("rows missing or keys missing")
+order = [(not r["fits"], r["step_time_s"]) for r in rows]
+if order != sorted(order):
+    bad.append("rows are not ranked (fitting first, then by step time)")
+if rows and (not rows[0]["fits"] or rows[0]["mem_bytes_per_rank"] > 0.9 * 80 * 2**30):
+    bad.append("the best row does not fit 80 GiB")
+if rows and any(r["pp"] * r["dp"] * r["tp"] != 64 for r in rows):
+    bad.append("a row does not use 64 ranks")
+table = plan("--ranks", "64", "--ranks-per-node", "8", "--machine", a100)
+if table.returncode != 0 or "best: parallel.pp=" not in table.stdout:
+    bad.append("the table form does not print the best overrides")
+print(table.stdout.splitlines()[2] if table.returncode == 0 else table.stderr)
+fixed = json.loads(plan("parallel.tp=2", "parallel.pp=2", "--ranks", "64", "--machine", a100,
+                        "--json").stdout)
+if not fixed or any(r["tp"] != 2 or r["pp"] != 2 for r in fixed):
+    bad.append("fixed tp 2 x pp 2 gave other layouts")
+with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+    f.write(open(a100).read().replace("memory_gib", "memory_gb"))
+broken = plan("--ranks", "8", "--machine", f.name)
+if broken.returncode != 2 or "machine.memory_gib is missing" not in broken.stderr:
+    bad.append(f"a broken machine file gave exit {broken.returncode}: {broken.stderr.strip()}")
+os.unlink(f.name)
+sys.exit("FAIL: " + "; ".join(bad) if bad else print("PASS"))
