@@ -29,7 +29,6 @@ namespace pt {
 // in the op timer when log.op_profile is on.
 const Backend& open_backend(const RunConfig& cfg, MPI_Comm world);
 
-
 // Per chunk, the tensors its gradient norm counts (shards on every tp rank, replicated tensors
 // on tp rank 0: each element once): their index in model order, offset and size.
 struct NormTensors {

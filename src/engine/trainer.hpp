@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "config/run_config.hpp"
-#include "plan/plan.hpp"
 #include "parallel/layout.hpp"
+#include "plan/plan.hpp"
 
 namespace pt {
 
