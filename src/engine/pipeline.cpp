@@ -41,6 +41,7 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   const Memory msg_mem = transport_.device() ? mem : Memory{};
   const bool copies = staged_ && !transport_.device();
   std::vector<const std::vector<Action>*> lists{actions_}; // 2bw: every step list it may run
+  if (!async_lists_.empty()) lists.clear();
   for (const schedule::Schedule& l : async_lists_) {
     lists.push_back(&l.ranks[static_cast<std::size_t>(me_)]);
   }

@@ -10,7 +10,9 @@
 #include <iomanip>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "comm/grad_sync.hpp"
 #include "comm/reducers.hpp"
@@ -164,8 +166,15 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
   }
   // one buffer per receive and gradient send, host memory; on a GPU (MPI staging, untested
   // here) the device holds a copy of each received gradient instead
+  // (2bw: the engine's step lists name micro-batch j of step t (t mod 2)*m + j, so the unrolled
+  // list's three steps share two steps' buffers)
   const bool gpu = cfg.device.kind == DeviceKind::cuda;
+  const int mbs = cfg.parallel.micro_batches;
+  std::set<std::tuple<int, int, int>> made; // (op, buffer id, chunk)
   for (const schedule::Action& a : actions) {
+    const int id =
+        cfg.parallel.schedule == ScheduleKind::two_bw ? (a.mb / mbs) % 2 * mbs + a.mb % mbs : a.mb;
+    if (!made.insert({static_cast<int>(a.op), id, a.chunk}).second) continue;
     const bool host_msg = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_GRAD;
     if (gpu ? a.op == Op::RECV_GRAD : host_msg) e.messages += buf(s.R * s.C);
     // V placement: an input gradient handed to this rank's previous chunk
