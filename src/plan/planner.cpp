@@ -99,11 +99,11 @@ void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Can
       params += static_cast<double>(ParamLayout(m, spec, 0, c.tp).total());
     }
     heaviest_params = std::max(heaviest_params, params);
-    const double per_chunk = 1.0 / s.v; // the simulator's actions are per chunk
-    const double F = (f / rate + ar + msg) * per_chunk;
-    const double Bk = ((2.0 * f + extra) / rate + ar + msg) * per_chunk;
+    // the simulator's actions are per chunk: a chunk's share of the rank's work, and a message
+    const double per_chunk = 1.0 / s.v;
     costs[static_cast<std::size_t>(r)] = schedule::Costs{
-        F, Bk, (f + extra) / rate * per_chunk + ar + msg, f / rate * per_chunk, 0.0};
+        (f / rate + ar) * per_chunk + msg, ((2.0 * f + extra) / rate + ar) * per_chunk + msg,
+        ((f + extra) / rate + ar) * per_chunk + msg, f / rate * per_chunk, 0.0};
   }
   const schedule::Simulation sim = schedule::simulate(s, costs);
   double pipeline = sim.step_time;
