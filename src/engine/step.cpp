@@ -176,11 +176,13 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain) {
     if (coef < 1.0) grad_scale = static_cast<float>(coef);
   }
   r.lr = learning_rate(t, step);
-  for (std::size_t c = 0; c < run.older.size(); ++c) { // 2bw: W(t) stays for step t+1
-    run.be.copy(run.older[c].data(), run.chunks[c]->params(), run.older[c].bytes());
+  if (!run.older.empty()) { // 2bw: W(t) stays for step t+1
+    for (std::size_t c = 0; c < run.older.size(); ++c) {
+      run.be.copy(run.older[c].data(), run.chunks[c]->params(), run.older[c].bytes());
+    }
+    run.be.synchronize();
+    ++run.newest;
   }
-  run.be.synchronize();
-  if (!run.older.empty()) ++run.newest;
   for (std::size_t c = 0; c < run.chunks.size(); ++c) {
     if (!run.zero.empty()) {
       run.zero[c]->step(run.chunks[c]->params(), r.lr, grad_scale);

@@ -32,7 +32,6 @@ public:
   void set_prediction(const std::vector<schedule::Span>& spans) { predicted_ = spans; }
   // Collective over world: gathers every rank's events; world rank 0 writes `path`.
   void write(const std::string& path, MPI_Comm world, int pp_rank) const;
-  bool any() const { return on_; }
   int first() const { return first_; }
 
 private:

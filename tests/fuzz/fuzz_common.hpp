@@ -1,5 +1,5 @@
-// What the four fuzz targets share: the verdict switch, how a finding ends the run, and the
-// temporary file an input is written to (docs/fuzzing.md).
+// What the four fuzz targets share: the verdict switch, how a finding ends the run, the verdict on
+// a refused input, and the temporary file an input is written to (docs/fuzzing.md).
 #pragma once
 
 #include <errno.h> // program_invocation_short_name
@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "util/errors.hpp"
 
 namespace fuzz {
 
@@ -23,6 +25,12 @@ inline bool verbose() {
 [[noreturn]] inline void finding(const char* what, const std::string& detail) {
   std::fprintf(stderr, "%s: %s\n%s\n", program_invocation_short_name, what, detail.c_str());
   std::abort();
+}
+
+// An input pipetrain refused: the refusal must be a bad-input error (exit 2).
+inline void rejected(const pt::Error& e) {
+  if (verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
+  if (e.code() != pt::ExitCode::bad_input) finding("pt::Error with a code other than 2", e.what());
 }
 
 // $TMPDIR (or /tmp)/pt-fuzz-<stem>-<pid><ext>: one file per process, rewritten for each input.

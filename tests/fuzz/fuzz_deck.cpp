@@ -67,9 +67,7 @@ bool parse(const std::string& text, const std::vector<std::string>& overrides, i
     if (fuzz::verbose()) std::fprintf(stderr, "accepted:\n%s\n", out.resolved_text.c_str());
     return true;
   } catch (const pt::Error& e) {
-    if (fuzz::verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
-    if (e.code() != pt::ExitCode::bad_input)
-      fuzz::finding("pt::Error with a code other than 2", e.what());
+    fuzz::rejected(e);
     if (std::string_view(e.what()).empty()) fuzz::finding("pt::Error without a message", "");
     return false;
   }

@@ -40,9 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
       }
     } catch (const pt::Error& e) {
-      if (fuzz::verbose()) std::fprintf(stderr, "rejected: %s\n", e.what());
-      if (e.code() != pt::ExitCode::bad_input)
-        fuzz::finding("pt::Error with a code other than 2", e.what());
+      fuzz::rejected(e);
     }
   }
   ::unlink(path.c_str());

@@ -91,6 +91,20 @@ protected:
     std::memcpy(a.targets.data(), y.data() + index * n, n * sizeof(std::int32_t));
   }
 
+  // One training step's forward and backward on the fixture's batch `step`: the loss, the
+  // gradient norm (returned in norm) and the clipping factor AdamW takes.
+  float step_gradients(GptStage& stage, StageActivations& a, int step, double& norm, float& clip) {
+    load_batch(a, "/train/inputs", "/train/targets", static_cast<std::size_t>(step));
+    stage.zero_grads();
+    const float loss = stage.forward(a);
+    stage.backward(a, nullptr, 1.0f / (c_.B * c_.model.seq_len), nullptr);
+    stage.fold_tied_head_grad();
+    norm = std::sqrt(ops::sum_squares(stage.grads(), stage.num_params()));
+    const double coef = c_.train.grad_clip / (norm + 1e-6);
+    clip = coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+    return loss;
+  }
+
   test::H5File file_{PT_TEST_DATA_DIR "/gpt_parity.h5"};
   std::string group_;
   Case c_;
@@ -167,15 +181,10 @@ TEST_P(Parity, TenAdamWSteps) {
   const auto losses = file_.read<double>(group_ + "/train/losses");
   const auto norms = file_.read<double>(group_ + "/train/grad_norms");
   const auto lrs = file_.read<double>(group_ + "/train/lrs");
-  const int N = c_.B * c_.model.seq_len;
   for (int step = 0; step < c_.train.steps; ++step) {
-    load_batch(a, "/train/inputs", "/train/targets", static_cast<std::size_t>(step));
-    stage->zero_grads();
-    const float loss = stage->forward(a);
-    stage->backward(a, nullptr, 1.0f / N, nullptr);
-    stage->fold_tied_head_grad();
-    const double norm = std::sqrt(ops::sum_squares(stage->grads(), stage->num_params()));
-    const double coef = c_.train.grad_clip / (norm + 1e-6);
+    double norm = 0.0;
+    float clip = 1.0f;
+    const float loss = step_gradients(*stage, a, step, norm, clip);
     const double lr = learning_rate(c_.train, step);
     const double loss_err = std::abs(loss - losses[static_cast<std::size_t>(step)]) /
                             losses[static_cast<std::size_t>(step)];
@@ -186,7 +195,7 @@ TEST_P(Parity, TenAdamWSteps) {
     EXPECT_NEAR(norm, norms[static_cast<std::size_t>(step)],
                 t_.tensor_tol * norms[static_cast<std::size_t>(step)]);
     EXPECT_NEAR(lr, lrs[static_cast<std::size_t>(step)], 1e-15);
-    opt.step(stage->params(), stage->grads(), lr, coef < 1.0 ? static_cast<float>(coef) : 1.0f);
+    opt.step(stage->params(), stage->grads(), lr, clip);
   }
   EXPECT_EQ(opt.updates(), c_.train.steps);
 }
@@ -201,17 +210,12 @@ TEST_P(Parity, TenTwoBwSteps) {
   const auto losses = file_.read<double>(group_ + "/two_bw/losses");
   const auto norms = file_.read<double>(group_ + "/two_bw/grad_norms");
   FloatBuffer older(stage->num_params(), Memory{t_.backend->alloc, t_.backend->release});
-  const int N = c_.B * c_.model.seq_len;
   for (int step = 0; step < c_.train.steps; ++step) {
-    load_batch(a, "/train/inputs", "/train/targets", static_cast<std::size_t>(step));
+    double norm = 0.0;
+    float clip = 1.0f;
     stage->use_weights(step == 0 ? nullptr : older.data());
-    stage->zero_grads();
-    const float loss = stage->forward(a);
-    stage->backward(a, nullptr, 1.0f / N, nullptr);
-    stage->fold_tied_head_grad();
+    const float loss = step_gradients(*stage, a, step, norm, clip);
     stage->use_weights(nullptr);
-    const double norm = std::sqrt(ops::sum_squares(stage->grads(), stage->num_params()));
-    const double coef = c_.train.grad_clip / (norm + 1e-6);
     const double want = losses[static_cast<std::size_t>(step)];
     std::printf("  2bw step %2d loss %.6f (torch %.6f) grad norm %.5f (torch %.5f)\n", step + 1,
                 loss, want, norm, norms[static_cast<std::size_t>(step)]);
@@ -220,8 +224,7 @@ TEST_P(Parity, TenTwoBwSteps) {
                 t_.tensor_tol * norms[static_cast<std::size_t>(step)]);
     t_.backend->copy(older.data(), stage->params(), older.bytes());
     t_.backend->synchronize();
-    opt.step(stage->params(), stage->grads(), learning_rate(c_.train, step),
-             coef < 1.0 ? static_cast<float>(coef) : 1.0f);
+    opt.step(stage->params(), stage->grads(), learning_rate(c_.train, step), clip);
   }
 }
 
