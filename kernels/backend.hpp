@@ -2,11 +2,11 @@
 // kernels/ops.hpp as function pointers. The model, the optimizer and the pipeline engine call
 // through this table, so the same code runs on the host and on a GPU.
 //
-// Memory rule: every buffer of a backend is readable and writable by the host code (MPI,
-// checkpoints, the sampler) once synchronize() has returned. On the host that holds at all
-// times; the CUDA backend allocates managed memory (cudaMallocManaged), which the driver moves
-// between the GPU and the host on use, and queues its ops on one stream, so synchronize() waits
-// for them. Calls that return numbers (sum_squares, sum_squares_each) wait by themselves.
+// Memory rule: host code (MPI, checkpoints, the sampler, digests) reads and writes a backend's
+// buffers only through copy() (to_host / from_host below), unless on_host(). The CUDA backend's
+// buffers are plain device memory (cudaMalloc), which the host cannot touch; its ops and copies
+// queue on one stream, and synchronize() waits for them. Calls that return numbers
+// (sum_squares, sum_squares_each) wait by themselves.
 //
 // Default arguments do not travel through function pointers: callers pass every argument.
 #pragma once
@@ -40,6 +40,14 @@ struct Backend {
   void (*copy)(void* dst, const void* src, std::size_t bytes); // ordered with the ops
   void (*synchronize)();                                       // host may touch memory after
   const char* (*blas_name)();
+  // Device timing (both null on the host): mark() records a marker in the backend's queue and
+  // returns its number; seconds(a, b) is the time between two markers once synchronize() has
+  // returned. Numbers count up from 0 again after each synchronize().
+  int (*mark)();
+  double (*seconds)(int from, int to);
+  // Floats of the att buffer attention_forward fills for its backward: B*NH*T*T (the
+  // probabilities) on the host; a GPU's flash kernels keep less (kernels/cuda/ops_cuda.hpp).
+  std::size_t (*attention_floats)(int B, int T, int C, int NH);
 
 #define PT_BACKEND_FIELD(op) decltype(&ops::op) op;
   PT_BACKEND_OPS(PT_BACKEND_FIELD)
@@ -49,6 +57,17 @@ struct Backend {
     return alloc == nullptr;
   }
 };
+
+// dst (host) = n values of backend memory src; returns when they have arrived.
+template <class T> void to_host(const Backend& be, T* dst, const T* src, std::size_t n) {
+  be.copy(dst, src, n * sizeof(T));
+  be.synchronize();
+}
+// dst (backend memory) = n host values src; returns when src may be reused.
+template <class T> void from_host(const Backend& be, T* dst, const T* src, std::size_t n) {
+  be.copy(dst, src, n * sizeof(T));
+  be.synchronize();
+}
 
 // The host backend (kernels/host: Kokkos loops and the build's BLAS).
 const Backend& host_backend();

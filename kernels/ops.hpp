@@ -26,6 +26,12 @@ struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
   double beta1_t, beta2_t;
 };
+// A run of parameters adamw_update updates: param[param_offset, +size) with the moments and the
+// gradient at [state_offset, +size); decay: the step's weight decay applies (else none).
+struct AdamWSegment {
+  std::size_t param_offset = 0, state_offset = 0, size = 0;
+  bool decay = false;
+};
 
 #include "ops_list.inc" // the ops, declared once for every backend
 

@@ -1,18 +1,29 @@
-// The CUDA backend's table (kernels/backend.hpp): cuda_ops on managed memory.
+// The CUDA backend's table (kernels/backend.hpp): cuda_ops on device memory (cudaMalloc).
 #include "cuda/device_query.hpp"
 #include "cuda/ops_cuda.hpp"
 
 namespace pt::cuda {
+namespace {
+
+void synchronize() { // the table's: also starts the markers' numbers over (Backend::mark)
+  cuda_ops::synchronize();
+  cuda_ops::restart_marks();
+}
+
+} // namespace
 
 const Backend& start(int device, const std::string& precision) {
   cuda_ops::init(device);
   cuda_ops::set_precision(precision);
   static const Backend table{.name = "cuda",
-                             .alloc = cuda_ops::alloc_managed,
+                             .alloc = cuda_ops::alloc_zeroed,
                              .release = cuda_ops::release,
                              .copy = cuda_ops::copy,
-                             .synchronize = cuda_ops::synchronize,
+                             .synchronize = synchronize,
                              .blas_name = cuda_ops::blas_name,
+                             .mark = cuda_ops::mark,
+                             .seconds = cuda_ops::seconds,
+                             .attention_floats = cuda_ops::attention_floats,
 #define PT_CUDA_OP(op) .op = cuda_ops::op,
                              PT_BACKEND_OPS(PT_CUDA_OP)
 #undef PT_CUDA_OP

@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace pt::cuda_ops::detail {
 
@@ -27,6 +28,24 @@ using bf16 = __nv_bfloat16;
 struct Scratch {
   void* p = nullptr;
   std::size_t bytes = 0;
+};
+
+// A block's share of a one-launch pass over many segments of a buffer (adamw_update,
+// sum_squares_each): at most kChunk values of segment `seg`, at offset a of one operand and b of
+// the other; flag: the segment's option (AdamW: decay).
+struct Chunk {
+  std::size_t a = 0, b = 0;
+  unsigned len = 0, seg = 0;
+  int flag = 0;
+  bool operator==(const Chunk& o) const {
+    return a == o.a && b == o.b && len == o.len && seg == o.seg && flag == o.flag;
+  }
+};
+constexpr unsigned kChunk = 8192;
+// A chunk list and its device copy, uploaded again only when the list changes.
+struct ChunkTable {
+  std::vector<Chunk> host;
+  Scratch dev;
 };
 
 // A cuBLASLt product with a bias epilogue, planned once per shape and output alignment.
@@ -52,8 +71,11 @@ struct Backend {
   void* blas_workspace = nullptr; // cuBLAS's, given at start so that it never allocates one
   Scratch lt_bias;                // the bias, copied to an aligned place
   std::map<std::tuple<int, int, int, int>, LtPlan> lt_plans; // (N, C, OC, output alignment)
-  long lt_products = 0; // forward products whose bias cuBLASLt's epilogue added
-  long flash_calls = 0; // attention calls that took flash_attention.cu's kernels
+  long lt_products = 0;                // forward products whose bias cuBLASLt's epilogue added
+  long flash_calls = 0;                // attention calls that took flash_attention.cu's kernels
+  ChunkTable adam_chunks, norm_chunks; // adamw_update's and sum_squares_each's
+  std::vector<cudaEvent_t> marks;      // mark()'s events; the first marks_used are recorded
+  std::size_t marks_used = 0;
   // matrix products: fp32 inputs and outputs; tensor cores with TF32-rounded inputs when asked
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   bool bf16 = false; // precision "bf16": operands converted to bf16 (see the top of ops_cuda.cu)
@@ -99,6 +121,12 @@ template <class T> T* grown(Scratch& s, std::size_t count, const char* what) {
 }
 
 constexpr int kThreads = 256;
+
+// Appends segment `seg` (n values at offsets a and b) to `out`, cut into chunks of kChunk.
+void add_chunks(std::vector<Chunk>& out, std::size_t a, std::size_t b, std::size_t n, unsigned seg,
+                int flag);
+// The device copy of `chunks` (uploaded into t when they differ from its last list).
+const Chunk* device_chunks(ChunkTable& t, const std::vector<Chunk>& chunks, const char* what);
 
 // Whether n floats at each of ps can be read as n / 4 float4s: n a multiple of 4, every pointer
 // 16-byte aligned (a null one, an absent operand, is no obstacle).

@@ -542,6 +542,11 @@ bool takes(int B, int T, int C, int NH) {
   return Kept(B, T, C, NH).qkv16 <= att_bytes(B, T, NH); // log-sum-exps and out fit
 }
 
+std::size_t kept_bytes(int B, int T, int C, int NH) {
+  const Kept kept(B, T, C, NH);
+  return kept.end <= att_bytes(B, T, NH) ? kept.end : kept.qkv16;
+}
+
 const bf16* qkv_copy(const float* att, int B, int T, int C, int NH) {
   const Kept kept(B, T, C, NH);
   return kept.end <= att_bytes(B, T, NH) ? at_byte<const bf16>(att, kept.qkv16) : nullptr;

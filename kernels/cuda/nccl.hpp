@@ -1,5 +1,5 @@
 // NCCL communicators for the CUDA backend's data- and tensor-parallel reductions
-// (comm.gpu_collectives, docs/cuda.md). They reduce device (managed) memory in place, queued on
+// (comm.gpu_collectives, docs/cuda.md). They reduce device memory in place, queued on
 // a stream, so no host copy and no host wait is needed per call. Every function exists in every
 // build; without CUDA and NCCL they throw std::runtime_error saying so. The caller moves the
 // unique id between ranks (an MPI broadcast), so this layer needs no MPI.
@@ -31,7 +31,7 @@ public:
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
-  // x[0, n) (device or managed memory) summed, or maximised, in place over the group; queued.
+  // x[0, n) (device memory) summed, or maximised, in place over the group; queued.
   void sum(float* x, std::size_t n);
   void max(float* x, std::size_t n);
   // Reduce-scatter: x[0, n*ranks) summed over the group, this rank's block of n written to out;
@@ -60,7 +60,7 @@ public:
   NcclLink(const NcclLink&) = delete;
   NcclLink& operator=(const NcclLink&) = delete;
 
-  // Queues the sending of x[0, n) (device or managed memory) after the ops queued on the
+  // Queues the sending of x[0, n) (device memory) after the ops queued on the
   // backend's stream so far. Returns the message's number.
   int send(const float* x, std::size_t n);
   // Queues the receiving of the next message into x[0, n). Returns its number.

@@ -66,6 +66,14 @@ template <class E> __global__ void causal_softmax_backward_k(E* ds, const E* att
 
 } // namespace
 
+std::size_t attention_floats(int B, int T, int C, int NH) {
+  ready();
+  if (g.bf16 && flash::takes(B, T, C, NH)) {
+    return (flash::kept_bytes(B, T, C, NH) + sizeof(float) - 1) / sizeof(float);
+  }
+  return static_cast<std::size_t>(B) * NH * T * T;
+}
+
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   ready();
   if (B == 0 || T == 0) return;

@@ -23,6 +23,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +32,26 @@
 
 namespace pt::cuda_ops::detail {
 Backend g;
+
+void add_chunks(std::vector<Chunk>& out, std::size_t a, std::size_t b, std::size_t n, unsigned seg,
+                int flag) {
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const auto len = static_cast<unsigned>(std::min<std::size_t>(kChunk, n - i));
+    out.push_back({a + i, b + i, len, seg, flag});
+  }
+}
+
+const Chunk* device_chunks(ChunkTable& t, const std::vector<Chunk>& chunks, const char* what) {
+  Chunk* d = grown<Chunk>(t.dev, chunks.size(), what);
+  if (chunks != t.host) {
+    t.host = chunks;
+    check(cudaMemcpyAsync(d, t.host.data(), t.host.size() * sizeof(Chunk), cudaMemcpyHostToDevice,
+                          g.stream),
+          what);
+    check(cudaStreamSynchronize(g.stream), what); // t.host may change after the call
+  }
+  return d;
+}
 } // namespace pt::cuda_ops::detail
 
 namespace pt::cuda_ops {
@@ -64,12 +85,13 @@ void init(int device) {
 void finalize() {
   if (g.stream == nullptr) return;
   cudaStreamSynchronize(g.stream);
-  for (Scratch* x :
-       {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias, &g.sums, &g.rowdot}) {
+  for (Scratch* x : {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias, &g.sums,
+                     &g.rowdot, &g.adam_chunks.dev, &g.norm_chunks.dev}) {
     free_scratch(*x);
   }
   cudaStreamSynchronize(g.stream);
   for (auto& [key, plan] : g.lt_plans) destroy_plan(plan);
+  for (cudaEvent_t e : g.marks) cudaEventDestroy(e);
   cudaFree(g.lt_workspace);
   cublasLtDestroy(g.lt);
   cublasDestroy(g.blas);
@@ -81,6 +103,29 @@ void finalize() {
 void synchronize() {
   ready();
   check(cudaStreamSynchronize(g.stream), "a queued kernel");
+}
+
+void restart_marks() {
+  g.marks_used = 0;
+}
+
+int mark() {
+  ready();
+  if (g.marks_used == g.marks.size()) {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    g.marks.push_back(e);
+  }
+  check(cudaEventRecord(g.marks[g.marks_used], g.stream), "cudaEventRecord");
+  return static_cast<int>(g.marks_used++);
+}
+
+double seconds(int from, int to) {
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, g.marks.at(static_cast<std::size_t>(from)),
+                             g.marks.at(static_cast<std::size_t>(to))),
+        "cudaEventElapsedTime");
+  return 1e-3 * ms;
 }
 
 void set_tf32(bool on) {
@@ -125,10 +170,9 @@ void release(void* p) {
   cudaFree(p);
 }
 
-void* alloc_managed(std::size_t bytes) {
+void* alloc_zeroed(std::size_t bytes) {
   ready();
-  void* p = nullptr;
-  check(cudaMallocManaged(&p, bytes == 0 ? 1 : bytes, cudaMemAttachGlobal), "cudaMallocManaged");
+  void* p = alloc(bytes);
   check(cudaMemsetAsync(p, 0, bytes == 0 ? 1 : bytes, g.stream), "cudaMemset");
   synchronize();
   return p;

@@ -50,17 +50,28 @@ long bias_epilogue_products();
 // of flash_attention.hpp); the others ran the cuBLAS path. For tests and diagnostics.
 long flash_attention_calls();
 
+// Stream markers (CUDA events, made as needed and kept): mark() records the next one and returns
+// its number; seconds() reads two of them after synchronize(); restart_marks() numbers the next
+// one 0 again (a recorded marker keeps its time until its number is recorded again).
+int mark();
+double seconds(int from, int to);
+void restart_marks();
+
+// Floats the att buffer of attention_forward needs at the current precision: B*NH*T*T, or,
+// where the flash kernels take the shape, what they keep (row statistics and bf16 copies).
+std::size_t attention_floats(int B, int T, int C, int NH);
+
 // ---- the ops of kernels/ops.hpp on device memory ---------------------------------------------
+using pt::ops::AdamWSegment;
 using pt::ops::AdamWStep;
 #include "ops_list.inc"
 
 // ---- device memory (for tests and the engine) -----------------------------------------------
-void* alloc(std::size_t bytes); // cudaMalloc; throws when out of memory
-void release(void* p);          // for alloc and alloc_managed
-// Managed memory (cudaMallocManaged), zeroed: the GPU and, after synchronize(), the host may
-// use it; the driver moves pages to whichever touches them.
-void* alloc_managed(std::size_t bytes);
-// dst = src, bytes, queued on the stream (any memory: device, managed or host).
+void* alloc(std::size_t bytes);        // cudaMalloc; throws when out of memory
+void* alloc_zeroed(std::size_t bytes); // cudaMalloc, zeroed (the backend's buffers)
+void release(void* p);                 // for alloc and alloc_zeroed
+// dst = src, bytes, queued on the stream (device or host memory; a host buffer is safe to reuse,
+// or to read, after synchronize()).
 void copy(void* dst, const void* src, std::size_t bytes);
 void to_device(void* dst, const void* src, std::size_t bytes); // on the stream, then waits
 void to_host(void* dst, const void* src, std::size_t bytes);   // on the stream, then waits

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.hpp"
@@ -91,15 +92,17 @@ __global__ void map4_k(float4* out, const float4* a, const float4* b, std::size_
   }
 }
 
-__global__ void sum_squares_k(double* total, const float* x, std::size_t n) {
+// One block per chunk; its sum of squares is added to the chunk's segment's total.
+__global__ void sum_squares_k(double* totals, const float* x, const Chunk* chunks) {
   __shared__ float shared[32];
+  const Chunk c = chunks[blockIdx.x];
   float s = 0.0f; // per thread in float, blocks summed in double (as the host's chunks)
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    s += x[i] * x[i];
+  for (unsigned i = threadIdx.x; i < c.len; i += blockDim.x) {
+    const float y = x[c.a + i];
+    s += y * y;
   }
   s = block_reduce<false>(s, shared);
-  if (threadIdx.x == 0) atomicAdd(total, static_cast<double>(s));
+  if (threadIdx.x == 0) atomicAdd(totals + c.seg, static_cast<double>(s));
 }
 
 } // namespace
@@ -165,13 +168,17 @@ void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
   ready();
   if (count <= 0) return;
   const auto n = static_cast<std::size_t>(count);
+  std::vector<Chunk> chunks;
+  for (std::size_t i = 0; i < n; ++i) {
+    add_chunks(chunks, offsets[i], 0, sizes[i], static_cast<unsigned>(i), 0);
+  }
   double* d = grown<double>(g.sums, n, "sum_squares_each");
   check(cudaMemsetAsync(d, 0, n * sizeof(double), g.stream), "sum_squares_each");
-  for (std::size_t i = 0; i < n; ++i) {
-    sum_squares_k<<<std::min(blocks_for(sizes[i]), 1024u), kThreads, 0, g.stream>>>(
-        d + i, x + offsets[i], sizes[i]);
+  if (!chunks.empty()) {
+    const Chunk* c = device_chunks(g.norm_chunks, chunks, "sum_squares_each");
+    sum_squares_k<<<static_cast<unsigned>(chunks.size()), kThreads, 0, g.stream>>>(d, x, c);
+    launched("sum_squares_each");
   }
-  launched("sum_squares_each");
   to_host(out, d, n * sizeof(double)); // the one wait
 }
 

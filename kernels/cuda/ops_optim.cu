@@ -1,8 +1,9 @@
-// The optimizer step (adamw_update), 4 parameters per load where n and the pointers allow.
+// The optimizer step (adamw_update): one launch over every segment, a block per chunk of one.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.hpp"
@@ -27,49 +28,39 @@ struct AdamW {
   }
 };
 
-__global__ void adamw_k(float* param, float* m, float* v, const float* grad, std::size_t n,
-                        AdamW f) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    f(param[i], m[i], v[i], grad[i]);
-  }
-}
-
-__global__ void adamw4_k(float4* param, float4* m, float4* v, const float4* grad, std::size_t n4,
-                         AdamW f) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n4;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    float4 p = param[i], mi = m[i], vi = v[i];
-    const float4 gr = grad[i];
-    f(p.x, mi.x, vi.x, gr.x);
-    f(p.y, mi.y, vi.y, gr.y);
-    f(p.z, mi.z, vi.z, gr.z);
-    f(p.w, mi.w, vi.w, gr.w);
-    param[i] = p;
-    m[i] = mi;
-    v[i] = vi;
+// One block per chunk: the chunk's values of one segment, with that segment's decay.
+__global__ void adamw_k(float* param, float* m, float* v, const float* grad, const Chunk* chunks,
+                        AdamW f, float decay) {
+  const Chunk c = chunks[blockIdx.x];
+  f.decay = c.flag != 0 ? decay : 1.0f;
+  for (unsigned i = threadIdx.x; i < c.len; i += blockDim.x) {
+    f(param[c.a + i], m[c.b + i], v[c.b + i], grad[c.b + i]);
   }
 }
 
 } // namespace
 
-void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n,
-                  const pt::ops::AdamWStep& s) {
+void adamw_update(float* param, float* m, float* v, const float* grad, const AdamWSegment* segments,
+                  int count, const pt::ops::AdamWStep& s) {
   ready();
+  std::vector<Chunk> chunks;
+  for (int k = 0; k < count; ++k) {
+    const AdamWSegment& x = segments[k];
+    add_chunks(chunks, x.param_offset, x.state_offset, x.size, static_cast<unsigned>(k),
+               x.decay ? 1 : 0);
+  }
+  if (chunks.empty()) return;
+  // a segment without decay multiplies by 1 - lr * 0 = 1: the host's and the per-tensor value
   const AdamW f{s.beta1,
                 s.beta2,
                 s.eps,
-                1.0f - s.lr * s.weight_decay,
+                1.0f,
                 s.grad_scale,
                 static_cast<float>(s.lr / (1.0 - s.beta1_t)),
                 static_cast<float>(std::sqrt(1.0 - s.beta2_t))};
-  if (by4(n, {param, m, v, grad})) {
-    adamw4_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
-        reinterpret_cast<float4*>(param), reinterpret_cast<float4*>(m),
-        reinterpret_cast<float4*>(v), reinterpret_cast<const float4*>(grad), n / 4, f);
-  } else {
-    adamw_k<<<blocks_for(n), kThreads, 0, g.stream>>>(param, m, v, grad, n, f);
-  }
+  const Chunk* d = device_chunks(g.adam_chunks, chunks, "adamw_update");
+  adamw_k<<<static_cast<unsigned>(chunks.size()), kThreads, 0, g.stream>>>(
+      param, m, v, grad, d, f, 1.0f - s.lr * s.weight_decay);
   launched("adamw_update");
 }
 

@@ -428,8 +428,10 @@ void crossentropy_finish(float* losses, float* p, const float* sum, const float*
 
 // ---- optimizer ------------------------------------------------------------------------------
 
-void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n,
-                  const AdamWStep& s) {
+namespace {
+
+void adamw_segment(float* param, float* m, float* v, const float* grad, std::size_t n,
+                   const AdamWStep& s) {
   // Same operation order as torch.optim.AdamW (decay, moments, bias-corrected step).
   const float decay = 1.0f - s.lr * s.weight_decay;
   const float step_size = static_cast<float>(s.lr / (1.0 - s.beta1_t));
@@ -446,6 +448,19 @@ void adamw_update(float* param, float* m, float* v, const float* grad, std::size
       v[i] = vi;
     }
   });
+}
+
+} // namespace
+
+void adamw_update(float* param, float* m, float* v, const float* grad, const AdamWSegment* segments,
+                  int count, const AdamWStep& s) {
+  for (int k = 0; k < count; ++k) {
+    const AdamWSegment& g = segments[k];
+    AdamWStep sk = s;
+    if (!g.decay) sk.weight_decay = 0.0f;
+    adamw_segment(param + g.param_offset, m + g.state_offset, v + g.state_offset,
+                  grad + g.state_offset, g.size, sk);
+  }
 }
 
 } // namespace pt::ops

@@ -204,7 +204,8 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
         select_shard(fspace.get(), *writer->t, layout.coords().tp, layout.tp());
         buf = writer->base(sec) + writer->t->offset;
         if (!writer->stage->backend().on_host()) {
-          staged.assign(buf, buf + writer->t->size);
+          staged.resize(writer->t->size);
+          to_host(writer->stage->backend(), staged.data(), buf, staged.size());
           buf = staged.data();
         }
         sums[static_cast<std::size_t>(sec) * T + k] =
@@ -401,7 +402,7 @@ void read_tensors(const std::vector<H5>& sets, const ParamLayout& whole, const L
           err = ckpt_error(path, "dataset " + dataset_name(sec, gt) +
                                      " cannot be read: the file is truncated or damaged");
         } else if (!on_host) {
-          std::copy(staged.begin(), staged.end(), l.base(sec) + l.t->offset);
+          from_host(l.stage->backend(), l.base(sec) + l.t->offset, staged.data(), staged.size());
         }
       }
     }
@@ -416,6 +417,7 @@ void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, con
   const std::vector<int> turns = dp_turns(whole, layout.dp());
   const auto n = static_cast<std::size_t>(shards.sections()) * T;
   std::vector<unsigned long long> got(n, 0), want(n, 0);
+  std::vector<float> staged;
   for (int sec = 0; sec < shards.sections(); ++sec) {
     for (std::size_t k = 0; k < T; ++k) {
       const std::size_t i = static_cast<std::size_t>(sec) * T + k;
@@ -425,7 +427,13 @@ void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, con
       }
       const std::vector<Local> mine = locals(shards, gt.name);
       if (const Local* l = writer_of(mine, layout, turns, k)) {
-        got[i] = slice_checksum(l->stage->layout(), *l->t, l->base(sec) + l->t->offset);
+        const float* x = l->base(sec) + l->t->offset;
+        if (!l->stage->backend().on_host()) { // a device's tensor, read back
+          staged.resize(l->t->size);
+          to_host(l->stage->backend(), staged.data(), x, staged.size());
+          x = staged.data();
+        }
+        got[i] = slice_checksum(l->stage->layout(), *l->t, x);
       }
     }
   }

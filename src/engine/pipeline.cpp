@@ -131,6 +131,20 @@ const float* PipelineEngine::sendable(GptStage& stage, const float* x, FloatBuff
   return host.data();
 }
 
+void PipelineEngine::load_batch(GptStage& stage, StageActivations& acts, const Sampler& sampler,
+                                std::int64_t step, std::int64_t first) {
+  const int B = cfg_.train.micro_batch;
+  if (!staged_) {
+    sampler.fill(step, first, B, acts.tokens.data(), acts.targets.data());
+    return;
+  }
+  tokens_host_.resize(acts.tokens.size());
+  targets_host_.resize(acts.targets.size());
+  sampler.fill(step, first, B, tokens_host_.data(), targets_host_.data());
+  stage.backend().copy(acts.tokens.data(), tokens_host_.data(), acts.tokens.bytes());
+  from_host(stage.backend(), acts.targets.data(), targets_host_.data(), acts.targets.size());
+}
+
 const float* PipelineEngine::stage_output(const StageActivations& a) const {
   return a.blocks.empty() ? a.input.data() : a.blocks.back().out.data();
 }
@@ -259,8 +273,8 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     if (weights_for_) stage.use_weights(weights_for_(a.chunk, step));
     return timed(st, 0, a, [&] {
       if (stage.spec().first || stage.spec().last) {
-        st.sampler.fill(step, st.first_sample + static_cast<std::int64_t>(j) * B, B,
-                        s.acts.tokens.data(), s.acts.targets.data());
+        load_batch(stage, s.acts, st.sampler, step,
+                   st.first_sample + static_cast<std::int64_t>(j) * B);
       }
       if (!stage.spec().first) {
         const int prev = local_neighbour(a.chunk, -1);
@@ -332,8 +346,7 @@ double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
       GptStage& stage = *chunks_[static_cast<std::size_t>(c)];
       Slot& s = acquire(c, -1 - j);
       if (stage.spec().first || stage.spec().last) {
-        sampler.fill(0, static_cast<std::int64_t>(j) * B, B, s.acts.tokens.data(),
-                     s.acts.targets.data());
+        load_batch(stage, s.acts, sampler, 0, static_cast<std::int64_t>(j) * B);
       }
       const std::string at =
           "(validation batch " + std::to_string(j) + ", chunk " + std::to_string(c) + ") ";

@@ -91,6 +91,10 @@ private:
   const float* received_grad(GptStage& stage, int mb, int chunk);
   // x itself, or (staged) x copied into the host buffer `host`, ready for MPI.
   const float* sendable(GptStage& stage, const float* x, FloatBuffer& host);
+  // The sampler's rows [first, first + B) of `step` into the slot's tokens and targets (through
+  // host buffers when the stage's memory is a device's).
+  void load_batch(GptStage& stage, StageActivations& acts, const Sampler& sampler,
+                  std::int64_t step, std::int64_t first);
   const float* stage_output(const StageActivations& a) const;
 
   const RunConfig& cfg_;
@@ -119,9 +123,10 @@ private:
   std::map<Key, FloatBuffer> grad_send_buf_;
   // staged (GPU backend): MPI sees host memory only, whatever the MPI's single-copy mechanism
   bool staged_ = false;
-  std::map<Key, FloatBuffer> grad_dev_;     // received gradients in backend memory
-  std::map<Key, FloatBuffer> act_send_buf_; // activations copied out for SEND_ACT
-  FloatBuffer eval_buf_;                    // evaluate()'s messages
+  std::map<Key, FloatBuffer> grad_dev_;                  // received gradients in backend memory
+  std::map<Key, FloatBuffer> act_send_buf_;              // activations copied out for SEND_ACT
+  FloatBuffer eval_buf_;                                 // evaluate()'s messages
+  std::vector<std::int32_t> tokens_host_, targets_host_; // load_batch's rows
   std::vector<GradSync*> sync_;
   bool drop_first_send_ = false; // test-only (util/test_hooks.hpp): the watchdog test
 };

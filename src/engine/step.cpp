@@ -23,8 +23,9 @@ void check_replicated_grads(std::vector<std::unique_ptr<GptStage>>& chunks, cons
   for (auto& c : chunks) {
     for (const auto& t : c->layout().tensors()) {
       if (t.shard_dim >= 0) continue;
-      const float* g = c->grads() + t.offset;
-      std::vector<float> lo(g, g + t.size), hi(g, g + t.size);
+      std::vector<float> lo(t.size);
+      to_host(c->backend(), lo.data(), c->grads() + t.offset, t.size);
+      std::vector<float> hi = lo;
       PT_MPI(MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MIN,
                            layout.tp_comm()));
       PT_MPI(MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MAX,

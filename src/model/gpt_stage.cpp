@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "util/errors.hpp"
 #include "util/hash.hpp"
@@ -35,7 +36,7 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       d_atty_(static_cast<std::size_t>(N_) * Ct_, mem_),
       att_scratch_(static_cast<std::size_t>(T_) * T_, mem_), recompute_(recompute) {
   if (recompute_ == Recompute::selective) {
-    att_work_ = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_, mem_);
+    att_work_ = FloatBuffer(be_.attention_floats(B_, T_, Ct_, NH_), mem_);
   } else if (recompute_ == Recompute::full) {
     work_ = make_block_activations();
   }
@@ -116,8 +117,10 @@ EdgeTensors GptStage::edges(float* base) const {
 
 void GptStage::init_parameters(std::uint64_t seed) {
   const double resid_std = 0.02 / std::sqrt(2.0 * model_.n_layer);
+  std::vector<float> host(be_.on_host() ? 0 : params_.size()); // a device's values, made here
+  float* base = be_.on_host() ? params_.data() : host.data();
   for (const auto& t : layout_.tensors()) {
-    float* p = params_.data() + t.offset;
+    float* p = base + t.offset;
     const bool is_norm =
         t.name.find("ln") != std::string::npos && t.name.find("lm_head") == std::string::npos;
     if (ends_with(t.name, "bias")) {
@@ -139,6 +142,7 @@ void GptStage::init_parameters(std::uint64_t seed) {
       }
     }
   }
+  if (!be_.on_host()) from_host(be_, params_.data(), host.data(), host.size());
 }
 
 void GptStage::zero_grads() {
@@ -165,7 +169,7 @@ BlockActivations GptStage::make_block_activations() const {
   k.ln1_mean = FloatBuffer(R, mem_);
   k.ln1_rstd = FloatBuffer(R, mem_);
   k.qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_), mem_);
-  k.att = FloatBuffer(static_cast<std::size_t>(B_) * NH_ * T_ * T_, mem_);
+  k.att = FloatBuffer(be_.attention_floats(B_, T_, Ct_, NH_), mem_);
   k.atty = FloatBuffer(N * static_cast<std::size_t>(Ct_), mem_);
   k.res2 = FloatBuffer(R * C, mem_);
   k.ln2 = FloatBuffer(R * C, mem_);
@@ -301,8 +305,14 @@ float GptStage::forward(StageActivations& a) {
                             ce_target_.data(), N_, V_);
   }
   be_.synchronize();
+  const float* losses = a.losses.data();
+  if (!be_.on_host()) {
+    losses_host_.resize(a.losses.size());
+    to_host(be_, losses_host_.data(), losses, losses_host_.size());
+    losses = losses_host_.data();
+  }
   double sum = 0.0;
-  for (int n = 0; n < N_; ++n) sum += a.losses[static_cast<std::size_t>(n)];
+  for (int n = 0; n < N_; ++n) sum += losses[n];
   return static_cast<float>(sum / N_);
 }
 

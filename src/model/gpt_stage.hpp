@@ -50,7 +50,8 @@ struct EdgeTensors {
 struct BlockActivations {
   FloatBuffer ln1, ln1_mean, ln1_rstd; // (R,C), (R), (R)
   FloatBuffer qkv;                     // (N,3Ct)
-  FloatBuffer att;                     // (B,NH,T,T) softmax probabilities (heads here)
+  FloatBuffer
+      att; // (B,NH,T,T) softmax probabilities (heads here); less on a GPU (attention_floats)
   FloatBuffer atty;                    // (N,Ct) attention output before proj
   FloatBuffer res2;                    // (R,C) x + attention branch
   FloatBuffer ln2, ln2_mean, ln2_rstd; // (R,C), (R), (R)
@@ -228,10 +229,11 @@ private:
   FloatBuffer att_scratch_;                 // (T,T)
   mutable FloatBuffer gath_, part_;         // (N,C) sequence parallel: gathered rows, partial sums
   Recompute recompute_;
-  FloatBuffer att_work_;  // (B,NH,T,T) selective: the probabilities of the block at hand
-  BlockActivations work_; // full: every activation of the block at hand
-  StageStash fused_;      // one block's stash, reused by backward() block after block
-  FloatBuffer head_grad_; // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
+  FloatBuffer att_work_;           // (B,NH,T,T) selective: the probabilities of the block at hand
+  BlockActivations work_;          // full: every activation of the block at hand
+  StageStash fused_;               // one block's stash, reused by backward() block after block
+  FloatBuffer head_grad_;          // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
+  std::vector<float> losses_host_; // (N) a device backend's losses, read back by forward()
 };
 
 } // namespace pt

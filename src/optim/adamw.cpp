@@ -34,11 +34,9 @@ void AdamW::step(float* params, const float* grads, double lr, float grad_scale)
   s.grad_scale = grad_scale;
   s.beta1_t = std::pow(beta1_, t_);
   s.beta2_t = std::pow(beta2_, t_);
-  for (const AdamSegment& g : segments_) {
-    s.weight_decay = g.decay ? static_cast<float>(weight_decay_) : 0.0f;
-    be_.adamw_update(params + g.param_offset, m_.data() + g.state_offset,
-                     v_.data() + g.state_offset, grads + g.state_offset, g.size, s);
-  }
+  s.weight_decay = static_cast<float>(weight_decay_);
+  be_.adamw_update(params, m_.data(), v_.data(), grads, segments_.data(),
+                   static_cast<int>(segments_.size()), s);
   be_.synchronize();
 }
 

@@ -12,12 +12,8 @@
 
 namespace pt {
 
-// A run of parameters AdamW updates together: params[param_offset, +size) with the moments and
-// gradients at [state_offset, +size); decay: weight decay applies.
-struct AdamSegment {
-  std::size_t param_offset = 0, state_offset = 0, size = 0;
-  bool decay = false;
-};
+// A run of parameters AdamW updates together (kernels/ops.hpp).
+using AdamSegment = ops::AdamWSegment;
 
 class AdamW {
 public:

@@ -139,7 +139,7 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   for (int n : plan.peak_live) std::printf(" %d", n);
   std::printf("\n  backend: %s, precision %s, BLAS %s\n", name(cfg.device.kind),
               name(cfg.device.precision),
-              cfg.device.kind == DeviceKind::cuda ? "cublas (managed memory)" : ops::blas_name());
+              cfg.device.kind == DeviceKind::cuda ? "cublas (device memory)" : ops::blas_name());
   print_memory(cfg, plan);
   std::fflush(stdout);
 }

@@ -35,8 +35,8 @@ void print_op_profile(MPI_Comm world, int steps, bool after_first, double steps_
   }
   std::sort(order.begin(), order.end(),
             [&](std::size_t a, std::size_t b) { return sec[a] > sec[b]; });
-  std::printf("op profile (log.op_profile; %d step(s)%s, %d rank(s), each op timed between two "
-              "synchronizes):\n  %-26s %10s %12s %8s %10s\n",
+  std::printf("op profile (log.op_profile; %d step(s)%s, %d rank(s); each op's device time, or "
+              "host time on the host):\n  %-26s %10s %12s %8s %10s\n",
               steps, after_first ? " after the first" : "", size, "op", "calls", "total ms",
               "% ops", "mean us");
   for (std::size_t i : order) {
@@ -56,11 +56,17 @@ std::vector<ParamSummary> summarize_params(const std::vector<std::unique_ptr<Gpt
   for (std::size_t g = 0; g < G; ++g) index[whole.tensors()[g].name] = g;
   std::vector<double> sums(2 * G, 0.0);
   std::vector<unsigned long long> digests(G, 0);
+  std::vector<float> host; // a device backend's tensor
   for (const auto& c : chunks) {
     for (const auto& tensor : c->layout().tensors()) {
       if (!c->counts_in_norm(tensor)) continue;
       const std::size_t g = index.at(tensor.name);
       const float* w = c->params() + tensor.offset;
+      if (!c->backend().on_host()) {
+        host.resize(tensor.size);
+        to_host(c->backend(), host.data(), w, tensor.size);
+        w = host.data();
+      }
       unsigned long long h = 1469598103934665603ULL;
       const auto* bytes = reinterpret_cast<const unsigned char*>(w);
       for (std::size_t i = 0; i < tensor.size * sizeof(float); ++i)

@@ -1,5 +1,5 @@
 // A zero-initialized array in a backend's memory: 64-byte aligned host memory by default, or
-// whatever a Memory allocates (kernels/backend.hpp: GPU managed memory). Movable, not copyable.
+// whatever a Memory allocates (kernels/backend.hpp: GPU device memory). Movable, not copyable.
 // Its bytes count in memory_count (the measured memory).
 #pragma once
 

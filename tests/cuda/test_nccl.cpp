@@ -1,5 +1,5 @@
 // The NCCL glue of the CUDA backend (kernels/cuda/nccl.hpp) on one GPU: one-rank communicators
-// made from fresh ids, on a side stream and on the backend's stream, must leave managed memory
+// made from fresh ids, on a side stream and on the backend's stream, must leave device memory
 // as the backend's ops left it, under sum and max, as GradSync and the tp sums use them (the
 // backend's stream does not touch a bucket between its launch and the wait). A one-rank
 // all-reduce is at most a copy, so this checks the calls, the streams and the waits, not NCCL's
@@ -32,7 +32,7 @@ int main() {
     const std::size_t n = (1u << 20) + 3;
     std::vector<float> host(n);
     for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000) - 500.0f;
-    auto* x = static_cast<float*>(co::alloc_managed(n * sizeof(float)));
+    auto* x = static_cast<float*>(co::alloc(n * sizeof(float)));
     co::to_device(x, host.data(), n * sizeof(float));
     std::vector<float> got(n);
     auto expect_scaled = [&](float factor, const char* what) { // x == host * factor, exactly

@@ -26,13 +26,13 @@ float value(int r, std::size_t i, std::size_t j) {
 
 struct Message {
   std::size_t n;
-  float* data; // managed memory
+  float* data; // device memory
 };
 
 std::vector<Message> make(const std::vector<std::size_t>& sizes) {
   std::vector<Message> out;
   for (std::size_t n : sizes) {
-    out.push_back({n, static_cast<float*>(co::alloc_managed(n * sizeof(float)))});
+    out.push_back({n, static_cast<float*>(co::alloc(n * sizeof(float)))});
   }
   return out;
 }

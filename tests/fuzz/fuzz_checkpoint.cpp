@@ -42,12 +42,18 @@ void host_synchronize() {}
 const char* no_blas() {
   return "none";
 }
+std::size_t attention_floats(int B, int T, int /*C*/, int NH) {
+  return static_cast<std::size_t>(B) * NH * T * T;
+}
 const pt::Backend kHostMemory{.name = "host (memory only)",
                               .alloc = nullptr,
                               .release = nullptr,
                               .copy = host_copy,
                               .synchronize = host_synchronize,
-                              .blas_name = no_blas};
+                              .blas_name = no_blas,
+                              .mark = nullptr,
+                              .seconds = nullptr,
+                              .attention_floats = attention_floats};
 
 // What a one-rank run holds when it resumes: config, layout, chunks and optimizers.
 struct Rank {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <vector>
 
 #include "h5_read.hpp"
 #include "model/gpt_stage.hpp"
@@ -77,7 +77,7 @@ protected:
       const auto w = file_.read<float>(group_ + "/model/" + t.name, &shape);
       EXPECT_EQ(shape.size(), t.shape.size()) << t.name;
       EXPECT_EQ(w.size(), t.size) << t.name;
-      std::memcpy(stage->params() + t.offset, w.data(), t.size * sizeof(float));
+      from_host(*t_.backend, stage->params() + t.offset, w.data(), t.size);
     }
     return stage;
   }
@@ -87,8 +87,15 @@ protected:
     const auto x = file_.read<std::int32_t>(group_ + in);
     const auto y = file_.read<std::int32_t>(group_ + tg);
     const std::size_t n = static_cast<std::size_t>(c_.B) * c_.model.seq_len;
-    std::memcpy(a.tokens.data(), x.data() + index * n, n * sizeof(std::int32_t));
-    std::memcpy(a.targets.data(), y.data() + index * n, n * sizeof(std::int32_t));
+    from_host(*t_.backend, a.tokens.data(), x.data() + index * n, n);
+    from_host(*t_.backend, a.targets.data(), y.data() + index * n, n);
+  }
+
+  // n values of the backend's memory, on the host
+  std::vector<float> host(const float* p, std::size_t n) const {
+    std::vector<float> out(n);
+    to_host(*t_.backend, out.data(), p, n);
+    return out;
   }
 
   // One training step's forward and backward on the fixture's batch `step`: the loss, the
@@ -99,7 +106,7 @@ protected:
     const float loss = stage.forward(a);
     stage.backward(a, nullptr, 1.0f / (c_.B * c_.model.seq_len), nullptr);
     stage.fold_tied_head_grad();
-    norm = std::sqrt(ops::sum_squares(stage.grads(), stage.num_params()));
+    norm = std::sqrt(t_.backend->sum_squares(stage.grads(), stage.num_params()));
     const double coef = c_.train.grad_clip / (norm + 1e-6);
     clip = coef < 1.0 ? static_cast<float>(coef) : 1.0f;
     return loss;
@@ -121,7 +128,8 @@ TEST_P(Parity, LogitsLossAndEveryGradient) {
   // logits = lnf @ head^T, recomputed from the model's final-norm output
   const auto& head = stage->layout().at(c_.model.tie_embeddings ? "wte" : "lm_head/weight");
   std::vector<float> logits(static_cast<std::size_t>(N) * c_.model.vocab_size);
-  ops::matmul_forward(logits.data(), a.lnf.data(), stage->params() + head.offset, nullptr, N,
+  ops::matmul_forward(logits.data(), host(a.lnf.data(), a.lnf.size()).data(),
+                      host(stage->params() + head.offset, head.size).data(), nullptr, N,
                       c_.model.d_model, c_.model.vocab_size);
   const double logit_err = rel_l2(logits.data(), file_.read<float>(group_ + "/logits"));
   std::printf("  %-28s rel err %.3e\n", "logits", logit_err);
@@ -133,9 +141,10 @@ TEST_P(Parity, LogitsLossAndEveryGradient) {
   stage->backward(a, nullptr, 1.0f / N, nullptr);
   stage->fold_tied_head_grad();
   double worst = 0.0;
+  const std::vector<float> grads = host(stage->grads(), stage->num_params());
   for (const auto& t : stage->layout().tensors()) {
     const double err =
-        rel_l2(stage->grads() + t.offset, file_.read<float>(group_ + "/grads/" + t.name));
+        rel_l2(grads.data() + t.offset, file_.read<float>(group_ + "/grads/" + t.name));
     std::printf("  grad %-23s rel err %.3e\n", t.name.c_str(), err);
     EXPECT_LE(err, t_.tensor_tol) << "gradient of " << t.name;
     worst = std::max(worst, err);
@@ -152,24 +161,25 @@ TEST_P(Parity, SplitBackwardEqualsFusedBackward) {
   stage->forward(a);
   stage->zero_grads();
   stage->backward(a, nullptr, 1.0f / N, nullptr);
-  std::vector<float> fused(stage->grads(), stage->grads() + stage->num_params());
+  const std::vector<float> fused = host(stage->grads(), stage->num_params());
 
   stage->forward(a); // probs were turned into d logits; recompute
   stage->zero_grads();
   StageStash s = stage->make_stash();
   stage->backward_input(a, nullptr, 1.0f / N, s);
   // backward-input alone must not touch weight gradients
-  EXPECT_EQ(ops::sum_squares(stage->grads(), stage->num_params()), 0.0);
+  EXPECT_EQ(t_.backend->sum_squares(stage->grads(), stage->num_params()), 0.0);
   stage->backward_weight(a, s);
+  const std::vector<float> split = host(stage->grads(), stage->num_params());
   if (t_.exact_split) {
     for (std::size_t i = 0; i < fused.size(); ++i) {
-      ASSERT_EQ(fused[i], stage->grads()[i]) << "index " << i;
+      ASSERT_EQ(fused[i], split[i]) << "index " << i;
     }
   } else { // sums with atomics: the same within the tolerance, not bit for bit
     for (const auto& t : stage->layout().tensors()) {
       const std::vector<float> want(fused.begin() + static_cast<std::ptrdiff_t>(t.offset),
                                     fused.begin() + static_cast<std::ptrdiff_t>(t.offset + t.size));
-      EXPECT_LE(rel_l2(stage->grads() + t.offset, want), t_.tensor_tol) << t.name;
+      EXPECT_LE(rel_l2(split.data() + t.offset, want), t_.tensor_tol) << t.name;
     }
   }
 }
