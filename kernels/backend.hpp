@@ -21,7 +21,7 @@
 #define PT_BACKEND_OPS(X)                                                                     \
   X(encoder_forward) X(encoder_backward)                                                      \
   X(layernorm_forward) X(layernorm_backward_input) X(layernorm_backward_weight)               \
-  X(matmul_forward) X(matmul_backward_input) X(matmul_backward_weight)                        \
+  X(matmul_forward) X(matmul_backward_input) X(matmul_backward_weight) X(matmul_backward)    \
   X(attention_forward) X(attention_backward)                                                  \
   X(gelu_forward) X(gelu_backward) X(add) X(accumulate) X(zero) X(scale) X(sum_squares)       \
   X(sum_squares_each)                                                                         \

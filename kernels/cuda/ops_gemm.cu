@@ -286,4 +286,30 @@ void matmul_backward_weight(float* dw, float* dbias, const float* dout, const fl
   }
 }
 
+// At bf16 the products of matmul_backward_input and _weight on one bf16 copy of dout (gemm_rm
+// would convert it for each); the same calls, so the same results.
+void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                     const float* w, int N, int C, int OC) {
+  ready();
+  if (!g.bf16 || N == 0 || C == 0 || OC == 0) {
+    matmul_backward_input(dinp, dout, w, N, C, OC);
+    matmul_backward_weight(dw, dbias, dout, inp, N, C, OC);
+    return;
+  }
+  const char* what = "matmul_backward";
+  const auto rows = static_cast<std::size_t>(N);
+  const bf16* d16 = as_bf16(g.op_a, dout, rows, OC, OC, what);
+  const bf16* w16 = as_bf16(g.op_b, w, static_cast<std::size_t>(OC), C, C, what);
+  gemm_typed(false, false, N, C, OC, 1.0f, {d16, CUDA_R_16BF, OC}, 0, {w16, CUDA_R_16BF, C}, 0,
+             0.0f, dinp, CUDA_R_32F, C, 0, 1, CUBLAS_COMPUTE_32F, what);
+  // op_b again: queued after the product above, which has then read w16
+  const bf16* in16 = as_bf16(g.op_b, inp, rows, C, C, what);
+  gemm_typed(true, false, OC, C, N, 1.0f, {d16, CUDA_R_16BF, OC}, 0, {in16, CUDA_R_16BF, C}, 0,
+             1.0f, dw, CUDA_R_32F, C, 0, 1, CUBLAS_COMPUTE_32F, what);
+  if (dbias != nullptr) {
+    column_sum(dbias, dout, N, OC);
+    launched("matmul_backward bias");
+  }
+}
+
 } // namespace pt::cuda_ops

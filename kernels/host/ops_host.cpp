@@ -219,6 +219,12 @@ void matmul_backward_weight(float* dw, float* dbias, const float* dout, const fl
   }
 }
 
+void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                     const float* w, int N, int C, int OC) {
+  matmul_backward_input(dinp, dout, w, N, C, OC);
+  matmul_backward_weight(dw, dbias, dout, inp, N, C, OC);
+}
+
 // ---- attention ------------------------------------------------------------------------------
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {

@@ -285,7 +285,8 @@ void sync_path(const std::string& p) {
 }
 
 // Rank 0: renames the written file to its final name, then points latest at it, then removes all
-// but the newest `keep` checkpoints (never before the new one is in place).
+// but the newest `keep` checkpoints (never before the new one is in place, and never the new one:
+// the directory may hold later steps of another run).
 std::optional<Error> publish(const fs::path& dir, const std::string& partial,
                              const std::string& final_path, int step, int keep) {
   std::error_code ec;
@@ -301,7 +302,10 @@ std::optional<Error> publish(const fs::path& dir, const std::string& partial,
   if (ec)
     return Error(ExitCode::other, "publishing checkpoint '" + final_path + "': " + ec.message());
   const std::vector<std::string> all = list_checkpoints(dir);
-  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) fs::remove(all[i], ec);
+  const fs::path mine = fs::path(final_path).filename();
+  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {
+    if (fs::path(all[i]).filename() != mine) fs::remove(all[i], ec);
+  }
   return std::nullopt;
 }
 

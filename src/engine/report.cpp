@@ -48,6 +48,21 @@ std::pair<double, double> bubble_of(Run& run, const StepTimes& times, int step) 
 
 // Memory so far, the largest rank's: measured (the peak of pipetrain's allocations), predicted
 // (the memory model) and the process's peak resident set.
+// Each pipeline rank's compute time and peak bytes (its pipeline group; rank 0 writes its own).
+void stage_metrics(Run& run, const StepTimes& times, StepMetrics& sm) {
+  const int p = run.layout.pp();
+  double mine[2] = {times.compute_s, static_cast<double>(memory_count::peak())};
+  std::vector<double> all(static_cast<std::size_t>(2 * p));
+  MPI_Request req;
+  PT_MPI(
+      MPI_Iallgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, run.layout.pp_comm(), &req));
+  run.watchdog.wait(req, "the step's per-stage metrics (pipeline group)");
+  for (int r = 0; r < p; ++r) {
+    sm.stage_compute_s.push_back(all[static_cast<std::size_t>(2 * r)]);
+    sm.stage_mem_bytes.push_back(all[static_cast<std::size_t>(2 * r + 1)]);
+  }
+}
+
 void memory_metrics(const Run& run, StepMetrics& sm) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -130,6 +145,7 @@ void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
   totals.comm.busy_s += comm_t[1];
   totals.comm.buckets_early += s.comm.buckets_early;
   memory_metrics(run, sm);
+  stage_metrics(run, s.times, sm);
   sm.eta_s = totals.ema * (cfg.train.steps - step - 1);
   if (run.layout.rank() == 0) {
     const bool print = (step + 1) % cfg.log.every == 0 || step == 0 || step + 1 == cfg.train.steps;

@@ -324,36 +324,58 @@ BlockActivations& GptStage::for_backward(int i, const float* x, BlockActivations
   return work_;
 }
 
+void GptStage::linear_backward(float* dinp, const float* dout, const float* w, int n_in, int n_out,
+                               float* dw, float* dbias, const float* inp) const {
+  if (dw != nullptr) {
+    be_.matmul_backward(dinp, dw, dbias, dout, inp, w, N_, n_in, n_out);
+  } else {
+    be_.matmul_backward_input(dinp, dout, w, N_, n_in, n_out);
+  }
+}
+
 void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
-                                    BlockStash& s) {
+                                    BlockStash& s, bool with_weights) {
   const BlockTensors w = block(weights(), spec_.layer_begin + i);
-  const int N = N_, R = R_, C = C_, Ct = Ct_, F = F_;
+  const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
+  const bool wg = with_weights; // the weight gradients too, from the same products
+  const int R = R_, C = C_, Ct = Ct_, F = F_;
   const std::size_t RC = static_cast<std::size_t>(R) * C;
   s.dout = dout;
   // MLP branch (row-parallel proj: its input gradient needs no communication, but with sp the
   // whole rows of the output gradient, gathered)
   const float* g_dout = gather_into(s.g_dout, dout);
-  be_.matmul_backward_input(d_fch_gelu_.data(), g_dout, w.fcp_w, N, F, C);
+  linear_backward(d_fch_gelu_.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
+                  a.fch_gelu.data());
   be_.gelu_backward(s.d_fch.data(), a.fch.data(), d_fch_gelu_.data(), d_fch_gelu_.size());
   // column-parallel fc: sum the input gradient's shares
-  be_.matmul_backward_input(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, N, C, F);
+  linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, F, wg ? g.fc_w : nullptr,
+                  g.fc_b, wg ? whole_rows(a.ln2.data()) : nullptr);
   reduce_partial(s.d_ln2.data());
   copy_floats(s.d_res2.data(), dout, RC); // residual path
   be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
                                a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
+  if (wg) {
+    be_.layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(),
+                                  a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
+  }
   // attention branch; selective: the probabilities again (d_atty_ holds the unused output)
   float* att = a.att.size() > 0 ? a.att.data() : att_work_.data();
   if (a.att.size() == 0) be_.attention_forward(d_atty_.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
-  be_.matmul_backward_input(d_atty_.data(), gather_into(s.g_res2, s.d_res2.data()), w.proj_w, N, Ct,
-                            C);
+  linear_backward(d_atty_.data(), gather_into(s.g_res2, s.d_res2.data()), w.proj_w, Ct, C,
+                  wg ? g.proj_w : nullptr, g.proj_b, a.atty.data());
   be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), att, B_,
                          T_, Ct, NH_);
   // column-parallel qkv
-  be_.matmul_backward_input(partial_for(s.d_ln1.data()), s.d_qkv.data(), w.qkv_w, N, C, 3 * Ct);
+  linear_backward(partial_for(s.d_ln1.data()), s.d_qkv.data(), w.qkv_w, C, 3 * Ct,
+                  wg ? g.qkv_w : nullptr, g.qkv_b, wg ? whole_rows(a.ln1.data()) : nullptr);
   reduce_partial(s.d_ln1.data());
   copy_floats(s.dx.data(), s.d_res2.data(), RC); // residual path
   be_.layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean.data(),
                                a.ln1_rstd.data(), R, C);
+  if (wg) {
+    be_.layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
+                                  a.ln1_rstd.data(), R, C);
+  }
 }
 
 void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
@@ -375,17 +397,26 @@ void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
                                 a.ln1_rstd.data(), R, C);
 }
 
-void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx) {
+void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx,
+                                   bool with_weights) {
   const EdgeTensors e = edges(weights());
+  const EdgeTensors g = edges(grads_.data());
   // probs become d logits in place
   be_.crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
                             v0_);
   // vocabulary-parallel head: sum the shares
-  be_.matmul_backward_input(partial_for(d_lnf), a.probs.data(), e.lm_head, N_, C_, V_);
+  float* d_head = head_grad_.size() > 0 ? head_grad_.data() : g.lm_head;
+  linear_backward(partial_for(d_lnf), a.probs.data(), e.lm_head, C_, V_,
+                  with_weights ? d_head : nullptr, nullptr,
+                  with_weights ? whole_rows(a.lnf.data()) : nullptr);
   reduce_partial(d_lnf);
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   be_.zero(dx, static_cast<std::size_t>(R_) * C_);
   be_.layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), R_, C_);
+  if (with_weights) {
+    be_.layernorm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data(),
+                                  R_, C_);
+  }
 }
 
 void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf) {
@@ -409,16 +440,14 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
   float* flow = fused_.d_input.data();
   const float* grad = dout;
   if (spec_.last) {
-    head_backward_input(a, loss_scale, fused_.d_lnf.data(), flow);
-    head_backward_weight(a, fused_.d_lnf.data());
+    head_backward_input(a, loss_scale, fused_.d_lnf.data(), flow, true);
     grad = flow;
   }
   BlockStash& b = fused_.blocks[0];
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
     const float* x = block_input(a, i);
     BlockActivations& act = for_backward(i, x, a.blocks[static_cast<std::size_t>(i)]);
-    block_backward_input(i, x, act, grad, b);
-    block_backward_weight(i, x, act, b);
+    block_backward_input(i, x, act, grad, b, true);
     layer_done(spec_.layer_begin + i);
     copy_floats(flow, b.dx.data(), RC);
     grad = flow;

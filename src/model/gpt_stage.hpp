@@ -190,10 +190,17 @@ private:
   void block_forward(int i, const float* x, BlockActivations& a);
   // The activations block i's backward reads: its own, or (full) work_ with them recomputed.
   BlockActivations& for_backward(int i, const float* x, BlockActivations& kept);
+  // A Linear's input gradient (w: its weight, n_in -> n_out features); with dw set, its weight
+  // and bias gradients from the same dout and its input inp too, in one call.
+  void linear_backward(float* dinp, const float* dout, const float* w, int n_in, int n_out,
+                       float* dw, float* dbias, const float* inp) const;
+  // The input gradients of block i (with_weights: the weight gradients too, as
+  // block_backward_weight computes them: the fused backward)
   void block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
-                            BlockStash& s);
+                            BlockStash& s, bool with_weights = false);
   void block_backward_weight(int i, const float* x, BlockActivations& a, const BlockStash& s);
-  void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx);
+  void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx,
+                           bool with_weights = false);
   void head_backward_weight(StageActivations& a, const float* d_lnf);
   float* weights() { return weights_ != nullptr ? weights_ : params_.data(); }
   void tp_sum(float* x, std::size_t n) const;

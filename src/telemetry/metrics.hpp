@@ -30,6 +30,8 @@ struct StepMetrics {
   // schedule (exposed) and time it ran in all (overlapped with the backward or not)
   double comm_exposed_s = 0.0;
   double comm_s = 0.0;
+  // per pipeline rank of the first replica: compute time (F, B, BI, BW) and peak bytes
+  std::vector<double> stage_compute_s, stage_mem_bytes;
 };
 
 struct ParamSummary {

@@ -23,6 +23,8 @@ Scenarios (each exits 0 on success, prints what it compared):
   other_data            resumed with another data.path: a warning naming it, and the run goes on
   nothing_left          resumed from a checkpoint at train.steps: exit 0, "nothing left to do",
                         no loss or speed line
+  fresh_start           a resume = "none" run of 3 steps, keep 1, into a directory holding step 10's
+                        checkpoint: its own checkpoint stays and latest names it
 
 Needs Debian's python3-h5py (damage). Uses tests/mpi/compare_runs.py.
 """
@@ -240,6 +242,16 @@ def nothing_left(r):
         sys.exit("FAIL: a run with nothing to do printed a loss or speed line")
 
 
+def fresh_start(r):
+    r.run("1,1,1", "long", ckpt="b")  # step 10's checkpoint (and step 5's)
+    r.run("1,1,1", "short", "train.steps=3", 'checkpoint.resume="none"', "checkpoint.keep=1",
+          ckpt="b")
+    latest = open(f"{r.work}/b/latest").read().strip()
+    if latest != "step_00000003.h5" or not os.path.exists(f"{r.work}/b/{latest}"):
+        sys.exit(f"FAIL: latest names {latest!r}, present: {sorted(os.listdir(f'{r.work}/b'))}")
+    print(f"latest = {latest}, present; the directory holds {sorted(os.listdir(f'{r.work}/b'))}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--exe", required=True)
@@ -254,7 +266,7 @@ def main():
      "damage": lambda: damage(r, a.args[0]), "fallback": lambda: fallback(r),
      "kill": lambda: kill(r), "sigterm": lambda: sigterm(r),
      "other_model": lambda: other_model(r), "other_data": lambda: other_data(r),
-     "nothing_left": lambda: nothing_left(r)}[a.scenario]()
+     "nothing_left": lambda: nothing_left(r), "fresh_start": lambda: fresh_start(r)}[a.scenario]()
     print("PASS")
 
 

@@ -92,6 +92,13 @@ void check_linear(const std::string& tag, double tol) {
   co::matmul_backward_weight(d_dw.p, d_dbias.p, d_dout.p, d_inp.p, N, C, OC);
   expect_close("matmul_backward_weight dw" + tag, d_dw.host(), dw, tol);
   expect_close("matmul_backward_weight dbias" + tag, d_dbias.host(), dbias, tol);
+  // both at once (one conversion of dout at bf16), accumulating onto the results above
+  ho::matmul_backward(dinp.data(), dw.data(), dbias.data(), dout.data(), inp.data(), w.data(), N, C,
+                      OC);
+  co::matmul_backward(d_dinp.p, d_dw.p, d_dbias.p, d_dout.p, d_inp.p, d_w.p, N, C, OC);
+  expect_close("matmul_backward dinp" + tag, d_dinp.host(), dinp, tol);
+  expect_close("matmul_backward dw" + tag, d_dw.host(), dw, tol);
+  expect_close("matmul_backward dbias" + tag, d_dbias.host(), dbias, tol);
 }
 
 // Attention forward and backward at the current precision, on sequences of shape (b, t, c) with
