@@ -25,7 +25,7 @@
   X(attention_forward) X(attention_backward)                                                  \
   X(gelu_forward) X(gelu_backward) X(add) X(accumulate) X(zero) X(scale) X(sum_squares)       \
   X(sum_squares_each)                                                                         \
-  X(crossentropy_forward) X(crossentropy_backward)                                            \
+  X(crossentropy_forward) X(crossentropy_backward) X(crossentropy_forward_backward)           \
   X(row_max) X(gather_target) X(softmax_exp) X(crossentropy_finish)                           \
   X(adamw_update)
 // clang-format on

@@ -16,11 +16,12 @@ namespace {
 
 // One block per row: softmax of the logits, and the loss in log-sum-exp form. The logits are
 // read twice: once for the maximum and the sum together (each thread keeps a running maximum
-// and rescales its sum when it grows), once to write the probabilities. Vec: 4 logits per load
-// (V a multiple of 4, rows 16-byte aligned).
-template <bool Vec>
+// and rescales its sum when it grows), once to write the probabilities, or (Grad) the
+// gradient (p - onehot) * dloss with crossentropy_backward's arithmetic. Vec: 4 logits per
+// load (V a multiple of 4, rows 16-byte aligned).
+template <bool Vec, bool Grad>
 __global__ void crossentropy_forward_k(float* losses, float* probs, const float* logits,
-                                       const int32_t* targets, int V) {
+                                       const int32_t* targets, int V, float dloss) {
   __shared__ float shared[32];
   const std::size_t n = blockIdx.x;
   const float* z = logits + n * V;
@@ -58,16 +59,25 @@ __global__ void crossentropy_forward_k(float* losses, float* probs, const float*
   const float mx = block_reduce<true>(m, shared);
   s = block_reduce<false>(m == -INFINITY ? 0.0f : s * expf(m - mx), shared);
   const float inv = 1.0f / s;
+  const int t = targets[n];
+  // a probability, or its gradient (crossentropy_backward_k's two steps)
+  auto out = [&](float x, int col) {
+    const float q = expf(x - mx) * inv;
+    if constexpr (!Grad) return q;
+    float d = q * dloss;
+    if (col == t) d -= dloss;
+    return d;
+  };
   if constexpr (Vec) {
     const float4* z4 = reinterpret_cast<const float4*>(z);
     float4* p4 = reinterpret_cast<float4*>(p);
     for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
       const float4 x = z4[i];
-      p4[i] = make_float4(expf(x.x - mx) * inv, expf(x.y - mx) * inv, expf(x.z - mx) * inv,
-                          expf(x.w - mx) * inv);
+      p4[i] = make_float4(out(x.x, 4 * i), out(x.y, 4 * i + 1), out(x.z, 4 * i + 2),
+                          out(x.w, 4 * i + 3));
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(z[i] - mx) * inv;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = out(z[i], i);
   }
   if (threadIdx.x == 0) losses[n] = logf(s) + mx - z_target;
 }
@@ -145,19 +155,35 @@ __global__ void crossentropy_finish_k(float* losses, float* p, const float* sum,
 
 } // namespace
 
-void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
-                          int N, int V) {
+namespace {
+
+template <bool Grad>
+void crossentropy_rows(float* losses, float* out, const float* logits, const int32_t* targets,
+                       float dloss, int N, int V, const char* what) {
   ready();
   if (N == 0 || V == 0) return;
   const std::size_t n = static_cast<std::size_t>(N) * V;
-  if (V % 4 == 0 && by4(n, {probs, logits})) {
-    crossentropy_forward_k<true>
-        <<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, probs, logits, targets, V);
+  if (V % 4 == 0 && by4(n, {out, logits})) {
+    crossentropy_forward_k<true, Grad>
+        <<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, out, logits, targets, V, dloss);
   } else {
-    crossentropy_forward_k<false>
-        <<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, probs, logits, targets, V);
+    crossentropy_forward_k<false, Grad>
+        <<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, out, logits, targets, V, dloss);
   }
-  launched("crossentropy_forward");
+  launched(what);
+}
+
+} // namespace
+
+void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
+                          int N, int V) {
+  crossentropy_rows<false>(losses, probs, logits, targets, 0.0f, N, V, "crossentropy_forward");
+}
+
+void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
+                                   const int32_t* targets, float dloss, int N, int V) {
+  crossentropy_rows<true>(losses, dlogits, logits, targets, dloss, N, V,
+                          "crossentropy_forward_backward");
 }
 
 void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,

@@ -393,6 +393,12 @@ void crossentropy_backward(float* dlogits, const float* probs, const int32_t* ta
   });
 }
 
+void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
+                                   const int32_t* targets, float dloss, int N, int V) {
+  crossentropy_forward(losses, dlogits, logits, targets, N, V);
+  crossentropy_backward(dlogits, dlogits, targets, dloss, N, V, 0);
+}
+
 void row_max(float* mx, const float* x, int N, int V) {
   par_for("row_max", N, [=](std::size_t n) {
     const float* z = x + n * V;

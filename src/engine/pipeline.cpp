@@ -282,7 +282,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
             prev >= 0 ? stage_output(live_.at({a.mb, prev})->acts) : recv_buffer(0, a.mb, a.chunk);
         stage.backend().copy(s.acts.input.data(), in, NC * sizeof(float));
       }
-      st.loss_sum += stage.forward(s.acts);
+      st.loss_sum += stage.forward(s.acts, loss_scale_);
     });
   }
   case Op::SEND_ACT: {

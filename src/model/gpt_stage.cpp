@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -263,7 +264,7 @@ void GptStage::block_forward(int i, const float* x, BlockActivations& a) {
   be_.accumulate(a.out.data(), a.res2.data(), a.out.size());
 }
 
-float GptStage::forward(StageActivations& a) {
+float GptStage::forward(StageActivations& a, float loss_scale) {
   const EdgeTensors e = edges(weights());
   if (spec_.first) {
     // vocabulary-parallel embedding: each tp rank looks up its rows; one adds the positions
@@ -289,7 +290,11 @@ float GptStage::forward(StageActivations& a) {
   be_.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b, R_,
                         C_);
   be_.matmul_forward(a.probs.data(), whole_rows(a.lnf.data()), e.lm_head, nullptr, N_, C_, V_);
-  if (tp_.size == 1) {
+  a.dlogits_scale = tp_.size == 1 ? loss_scale : 0.0f;
+  if (a.dlogits_scale != 0.0f) { // the cross-entropy's backward too, in the same pass
+    be_.crossentropy_forward_backward(a.losses.data(), a.probs.data(), a.probs.data(),
+                                      a.targets.data(), loss_scale, N_, V_);
+  } else if (tp_.size == 1) {
     be_.crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
                              V_);
   } else {
@@ -401,9 +406,14 @@ void GptStage::head_backward_input(StageActivations& a, float loss_scale, float*
                                    bool with_weights) {
   const EdgeTensors e = edges(weights());
   const EdgeTensors g = edges(grads_.data());
-  // probs become d logits in place
-  be_.crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
-                            v0_);
+  // probs become d logits in place (unless the forward wrote them already)
+  if (a.dlogits_scale == 0.0f) {
+    be_.crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
+                              v0_);
+  } else if (a.dlogits_scale != loss_scale) {
+    throw std::logic_error("GptStage: the forward's d logits are for another loss scale");
+  }
+  a.dlogits_scale = 0.0f;
   // vocabulary-parallel head: sum the shares
   float* d_head = head_grad_.size() > 0 ? head_grad_.data() : g.lm_head;
   linear_backward(partial_for(d_lnf), a.probs.data(), e.lm_head, C_, V_,

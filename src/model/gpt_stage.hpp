@@ -68,6 +68,7 @@ struct StageActivations {
   FloatBuffer lnf, lnf_mean, lnf_rstd; // last stage: (R,C), (R), (R)
   FloatBuffer probs;                   // (N,V) softmax, then d logits after backward-input
   FloatBuffer losses;                  // (N)
+  float dlogits_scale = 0.0f;          // not 0: probs already hold d logits at this loss scale
 };
 
 // Gradients a block's backward-input leaves for its backward-weight.
@@ -163,8 +164,10 @@ public:
   void prepare_backward();
 
   // Forward one micro-batch. First stage reads a.tokens, others a.input. Last stage reads
-  // a.targets and returns the mean loss over the micro-batch's tokens; others return 0.
-  float forward(StageActivations& a);
+  // a.targets and returns the mean loss over the micro-batch's tokens; others return 0. With a
+  // training step's loss_scale (not 0) the last stage also starts the backward: the
+  // cross-entropy writes d logits at once (without tp), and the backward takes them as they are.
+  float forward(StageActivations& a, float loss_scale = 0.0f);
 
   // Backward of one micro-batch, both halves at once (least memory). `dout` (N,C) is the
   // gradient of the stage output (ignored on the last stage, where the loss starts it; there

@@ -268,6 +268,13 @@ void run() {
     ho::crossentropy_backward(probs.data(), probs.data(), targets.data(), 0.01f, N, v);
     co::crossentropy_backward(d_probs.p, d_probs.p, d_targets.p, 0.01f, N, v);
     expect_close("crossentropy_backward" + tag, d_probs.host(), probs);
+    // both in one call, in place over the logits: the same losses and gradient as the two
+    std::vector<float> fused = logits, fused_losses(N);
+    Dev<float> d_fused(fused), d_fused_losses(fused_losses);
+    co::crossentropy_forward_backward(d_fused_losses.p, d_fused.p, d_fused.p, d_targets.p, 0.01f, N,
+                                      v);
+    expect_close("crossentropy_forward_backward losses" + tag, d_fused_losses.host(), losses);
+    expect_close("crossentropy_forward_backward dlogits" + tag, d_fused.host(), probs);
   }
   { // cross-entropy in pieces over a vocabulary slice
     const std::size_t nv = static_cast<std::size_t>(N) * V;
