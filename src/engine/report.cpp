@@ -46,8 +46,6 @@ std::pair<double, double> bubble_of(Run& run, const StepTimes& times, int step) 
   return {1.0 - compute / p / span, schedule::step_bubble(sim)};
 }
 
-// Memory so far, the largest rank's: measured (the peak of pipetrain's allocations), predicted
-// (the memory model) and the process's peak resident set.
 // Each pipeline rank's compute time and peak bytes (its pipeline group; rank 0 writes its own).
 void stage_metrics(Run& run, const StepTimes& times, StepMetrics& sm) {
   const int p = run.layout.pp();
@@ -63,6 +61,8 @@ void stage_metrics(Run& run, const StepTimes& times, StepMetrics& sm) {
   }
 }
 
+// Memory so far, the largest rank's: measured (the peak of pipetrain's allocations), predicted
+// (the memory model) and the process's peak resident set.
 void memory_metrics(const Run& run, StepMetrics& sm) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
