@@ -4,7 +4,8 @@
   rows come first and are sorted by predicted step time, the best fits 80 GiB per rank, and the
   table form prints the best row's overrides;
 - fixing parallel.tp=2 parallel.pp=2 on the command line leaves only such rows;
-- a machine file without a key is refused with exit 2 naming it."""
+- a machine file without a key is refused with exit 2 naming it;
+- every shipped machine file (inputs/machines) plans gpt2-350m on 8 ranks."""
 import json
 import os
 import subprocess
@@ -49,4 +50,11 @@ broken = plan("--ranks", "8", "--machine", f.name)
 if broken.returncode != 2 or "machine.memory_gib is missing" not in broken.stderr:
     bad.append(f"a broken machine file gave exit {broken.returncode}: {broken.stderr.strip()}")
 os.unlink(f.name)
+machines = os.path.join(root, "inputs", "machines")
+for name in sorted(os.listdir(machines)):
+    r = plan("--ranks", "8", "--machine", os.path.join(machines, name), "--json")
+    if r.returncode != 0 or not json.loads(r.stdout):
+        bad.append(f"machine file {name}: exit {r.returncode} {r.stderr.strip()}")
+    else:
+        print(f"{name}: {len(json.loads(r.stdout))} layouts")
 sys.exit("FAIL: " + "; ".join(bad) if bad else print("PASS"))
