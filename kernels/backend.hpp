@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "ops.hpp"
 
@@ -62,6 +63,14 @@ struct Backend {
 template <class T> void to_host(const Backend& be, T* dst, const T* src, std::size_t n) {
   be.copy(dst, src, n * sizeof(T));
   be.synchronize();
+}
+// p itself where the host can read it (on_host()), else its n values copied into `host`.
+template <class T>
+const T* readable(const Backend& be, const T* p, std::size_t n, std::vector<T>& host) {
+  if (be.on_host()) return p;
+  host.resize(n);
+  to_host(be, host.data(), p, n);
+  return host.data();
 }
 // dst (backend memory) = n host values src; returns when src may be reused.
 template <class T> void from_host(const Backend& be, T* dst, const T* src, std::size_t n) {

@@ -202,12 +202,8 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
       const float* buf = &dummy;
       if (writer != nullptr) {
         select_shard(fspace.get(), *writer->t, layout.coords().tp, layout.tp());
-        buf = writer->base(sec) + writer->t->offset;
-        if (!writer->stage->backend().on_host()) {
-          staged.resize(writer->t->size);
-          to_host(writer->stage->backend(), staged.data(), buf, staged.size());
-          buf = staged.data();
-        }
+        buf = readable(writer->stage->backend(), writer->base(sec) + writer->t->offset,
+                       writer->t->size, staged);
         sums[static_cast<std::size_t>(sec) * T + k] =
             slice_checksum(writer->stage->layout(), *writer->t, buf);
       } else {
@@ -431,12 +427,8 @@ void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, con
       }
       const std::vector<Local> mine = locals(shards, gt.name);
       if (const Local* l = writer_of(mine, layout, turns, k)) {
-        const float* x = l->base(sec) + l->t->offset;
-        if (!l->stage->backend().on_host()) { // a device's tensor, read back
-          staged.resize(l->t->size);
-          to_host(l->stage->backend(), staged.data(), x, staged.size());
-          x = staged.data();
-        }
+        const float* x =
+            readable(l->stage->backend(), l->base(sec) + l->t->offset, l->t->size, staged);
         got[i] = slice_checksum(l->stage->layout(), *l->t, x);
       }
     }

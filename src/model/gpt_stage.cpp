@@ -310,12 +310,7 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
                             ce_target_.data(), N_, V_);
   }
   be_.synchronize();
-  const float* losses = a.losses.data();
-  if (!be_.on_host()) {
-    losses_host_.resize(a.losses.size());
-    to_host(be_, losses_host_.data(), losses, losses_host_.size());
-    losses = losses_host_.data();
-  }
+  const float* losses = readable(be_, a.losses.data(), a.losses.size(), losses_host_);
   double sum = 0.0;
   for (int n = 0; n < N_; ++n) sum += losses[n];
   return static_cast<float>(sum / N_);
@@ -359,10 +354,6 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
   copy_floats(s.d_res2.data(), dout, RC); // residual path
   be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
                                a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
-  if (wg) {
-    be_.layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(),
-                                  a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
-  }
   // attention branch; selective: the probabilities again (d_atty_ holds the unused output)
   float* att = a.att.size() > 0 ? a.att.data() : att_work_.data();
   if (a.att.size() == 0) be_.attention_forward(d_atty_.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
@@ -377,27 +368,25 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
   copy_floats(s.dx.data(), s.d_res2.data(), RC); // residual path
   be_.layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean.data(),
                                a.ln1_rstd.data(), R, C);
-  if (wg) {
-    be_.layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
-                                  a.ln1_rstd.data(), R, C);
-  }
 }
 
 void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
-                                     const BlockStash& s) {
+                                     const BlockStash& s, bool linears) {
   const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
   const int N = N_, R = R_, C = C_, Ct = Ct_, F = F_;
   // with sp: the gathered output gradients; the norms' inputs gathered again (not kept); the
   // norms' gradients from this rank's rows (sum_sequence_parallel_grads adds the rest)
-  be_.matmul_backward_weight(g.fcp_w, g.fcp_b, sp_ ? s.g_dout.data() : s.dout, a.fch_gelu.data(), N,
-                             F, C);
-  be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), whole_rows(a.ln2.data()), N, C, F);
+  if (linears) {
+    be_.matmul_backward_weight(g.fcp_w, g.fcp_b, sp_ ? s.g_dout.data() : s.dout, a.fch_gelu.data(),
+                               N, F, C);
+    be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), whole_rows(a.ln2.data()), N, C, F);
+    be_.matmul_backward_weight(g.proj_w, g.proj_b, sp_ ? s.g_res2.data() : s.d_res2.data(),
+                               a.atty.data(), N, Ct, C);
+    be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), whole_rows(a.ln1.data()), N, C,
+                               3 * Ct);
+  }
   be_.layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(), a.ln2_mean.data(),
                                 a.ln2_rstd.data(), R, C);
-  be_.matmul_backward_weight(g.proj_w, g.proj_b, sp_ ? s.g_res2.data() : s.d_res2.data(),
-                             a.atty.data(), N, Ct, C);
-  be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), whole_rows(a.ln1.data()), N, C,
-                             3 * Ct);
   be_.layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
                                 a.ln1_rstd.data(), R, C);
 }
@@ -405,7 +394,6 @@ void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
 void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx,
                                    bool with_weights) {
   const EdgeTensors e = edges(weights());
-  const EdgeTensors g = edges(grads_.data());
   // probs become d logits in place (unless the forward wrote them already)
   if (a.dlogits_scale == 0.0f) {
     be_.crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
@@ -415,24 +403,25 @@ void GptStage::head_backward_input(StageActivations& a, float loss_scale, float*
   }
   a.dlogits_scale = 0.0f;
   // vocabulary-parallel head: sum the shares
-  float* d_head = head_grad_.size() > 0 ? head_grad_.data() : g.lm_head;
   linear_backward(partial_for(d_lnf), a.probs.data(), e.lm_head, C_, V_,
-                  with_weights ? d_head : nullptr, nullptr,
+                  with_weights ? head_weight_grad() : nullptr, nullptr,
                   with_weights ? whole_rows(a.lnf.data()) : nullptr);
   reduce_partial(d_lnf);
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   be_.zero(dx, static_cast<std::size_t>(R_) * C_);
   be_.layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), R_, C_);
-  if (with_weights) {
-    be_.layernorm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data(),
-                                  R_, C_);
-  }
 }
 
-void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf) {
+float* GptStage::head_weight_grad() {
+  return head_grad_.size() > 0 ? head_grad_.data() : edges(grads_.data()).lm_head;
+}
+
+void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf, bool linear) {
   const EdgeTensors g = edges(grads_.data());
-  float* d_head = head_grad_.size() > 0 ? head_grad_.data() : g.lm_head;
-  be_.matmul_backward_weight(d_head, nullptr, a.probs.data(), whole_rows(a.lnf.data()), N_, C_, V_);
+  if (linear) {
+    be_.matmul_backward_weight(head_weight_grad(), nullptr, a.probs.data(),
+                               whole_rows(a.lnf.data()), N_, C_, V_);
+  }
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   be_.layernorm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data(),
                                 R_, C_);
@@ -451,6 +440,7 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
   const float* grad = dout;
   if (spec_.last) {
     head_backward_input(a, loss_scale, fused_.d_lnf.data(), flow, true);
+    head_backward_weight(a, fused_.d_lnf.data(), false);
     grad = flow;
   }
   BlockStash& b = fused_.blocks[0];
@@ -458,6 +448,7 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
     const float* x = block_input(a, i);
     BlockActivations& act = for_backward(i, x, a.blocks[static_cast<std::size_t>(i)]);
     block_backward_input(i, x, act, grad, b, true);
+    block_backward_weight(i, x, act, b, false);
     layer_done(spec_.layer_begin + i);
     copy_floats(flow, b.dx.data(), RC);
     grad = flow;

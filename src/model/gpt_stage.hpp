@@ -197,14 +197,18 @@ private:
   // and bias gradients from the same dout and its input inp too, in one call.
   void linear_backward(float* dinp, const float* dout, const float* w, int n_in, int n_out,
                        float* dw, float* dbias, const float* inp) const;
-  // The input gradients of block i (with_weights: the weight gradients too, as
-  // block_backward_weight computes them: the fused backward)
+  // The input gradients of block i (with_weights: its Linears' weight gradients too, from the
+  // same products: the fused backward, which then calls block_backward_weight for the norms)
   void block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
                             BlockStash& s, bool with_weights = false);
-  void block_backward_weight(int i, const float* x, BlockActivations& a, const BlockStash& s);
+  // The weight gradients of block i: its Linears' (unless !linears) and its norms'
+  void block_backward_weight(int i, const float* x, BlockActivations& a, const BlockStash& s,
+                             bool linears = true);
   void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx,
                            bool with_weights = false);
-  void head_backward_weight(StageActivations& a, const float* d_lnf);
+  void head_backward_weight(StageActivations& a, const float* d_lnf, bool linear = true);
+  // Where the head's weight gradient goes: lm_head's, or (tied) head_grad_
+  float* head_weight_grad();
   float* weights() { return weights_ != nullptr ? weights_ : params_.data(); }
   void tp_sum(float* x, std::size_t n) const;
   // A residual-stream buffer's whole (N,C) rows: itself, or (sp) gathered over tp into gath_.

@@ -61,12 +61,7 @@ std::vector<ParamSummary> summarize_params(const std::vector<std::unique_ptr<Gpt
     for (const auto& tensor : c->layout().tensors()) {
       if (!c->counts_in_norm(tensor)) continue;
       const std::size_t g = index.at(tensor.name);
-      const float* w = c->params() + tensor.offset;
-      if (!c->backend().on_host()) {
-        host.resize(tensor.size);
-        to_host(c->backend(), host.data(), w, tensor.size);
-        w = host.data();
-      }
+      const float* w = readable(c->backend(), c->params() + tensor.offset, tensor.size, host);
       unsigned long long h = 1469598103934665603ULL;
       const auto* bytes = reinterpret_cast<const unsigned char*>(w);
       for (std::size_t i = 0; i < tensor.size * sizeof(float); ++i)
