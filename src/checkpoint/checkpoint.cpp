@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <optional>
 #include <sstream>
 
@@ -146,6 +147,26 @@ std::vector<int> dp_turns(const ParamLayout& whole, int dp) {
 
 Error ckpt_error(const std::string& path, const std::string& what) {
   return Error(ExitCode::checkpoint, "checkpoint '" + path + "': " + what);
+}
+
+// One step of reading a file's metadata, with the data segment allowed to grow by 1 GiB at most
+// (DataGrowthLimit; a checkpoint's metadata takes a few MiB): on a damaged file on which HDF5
+// would allocate without end, HDF5 or pipetrain's next allocation fails, and err says why.
+template <class Step>
+void metadata_step(const std::string& path, std::optional<Error>& err, Step&& step) {
+  bool reached = false;
+  try {
+    const DataGrowthLimit limit(1ULL << 30);
+    step();
+    reached = limit.reached();
+  } catch (const std::bad_alloc&) {
+    reached = true;
+  }
+  if (reached) {
+    H5garbage_collect(); // what HDF5 keeps on its free lists goes back to malloc
+    err = ckpt_error(path, "reading its metadata took more than 1 GiB of memory: the file is "
+                           "damaged");
+  }
 }
 
 // The dataset of tensor `t` in section `sec` ("/model/wte", "/optim/m/wte", ...).
@@ -580,20 +601,26 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) err = ckpt_error(path, "no such file");
   agree(layout.world(), err);
-  H5 file = open_file(path, layout.world(), false);
-  if (!file.ok()) {
-    err = ckpt_error(path, "cannot be opened as HDF5: truncated or damaged (or not a checkpoint)");
-  }
-  agree(layout.world(), err);
+  // HDF5 parses the file's metadata in four steps, each under a memory bound, each agreed on
+  const auto parse = [&](auto&& step) {
+    metadata_step(path, err, step);
+    agree(layout.world(), err);
+  };
+  H5 file;
+  parse([&] {
+    file = open_file(path, layout.world(), false);
+    if (!file.ok()) {
+      err =
+          ckpt_error(path, "cannot be opened as HDF5: truncated or damaged (or not a checkpoint)");
+    }
+  });
   TrainState st;
-  err = read_header(file.get(), path, st);
-  agree(layout.world(), err);
+  parse([&] { err = read_header(file.get(), path, st); });
   const ParamLayout whole = whole_layout(cfg.model);
-  std::vector<H5> sets = open_datasets(file.get(), whole, shards.sections(), path, err);
-  agree(layout.world(), err);
+  std::vector<H5> sets;
+  parse([&] { sets = open_datasets(file.get(), whole, shards.sections(), path, err); });
   std::string saved;
-  err = read_config(file.get(), path, saved);
-  agree(layout.world(), err);
+  parse([&] { err = read_config(file.get(), path, saved); });
   compare_config(saved, cfg, path, layout.rank() == 0); // the same verdict on every rank
   read_tensors(sets, whole, layout, shards, path, err);
   verify_checksums(sets, whole, layout, shards, path, err);

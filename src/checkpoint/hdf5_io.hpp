@@ -5,8 +5,17 @@
 
 #include <hdf5.h>
 #include <mpi.h>
+#include <sys/resource.h>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PT_ASAN 1
+#endif
+#endif
 
 #include <algorithm>
+#include <fstream>
+#include <limits>
 #include <string>
 
 namespace pt {
@@ -95,6 +104,52 @@ template <class T> inline bool read_attr(hid_t obj, const char* name, hid_t type
   H5 space(H5Aget_space(attr.get()), H5Sclose);
   return one_element(space.get()) && H5Aread(attr.get(), type, &out) >= 0;
 }
+
+// The process's data segment (VmData of /proc/self/status) in bytes; 0 where it cannot be read.
+inline unsigned long long data_segment_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  unsigned long long kib = 0;
+  while (kib == 0 && status >> key) {
+    if (key == "VmData:") status >> kib;
+    status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return kib * 1024;
+}
+
+// HDF5 1.10.8 can loop on a damaged group's local heap, allocating without end inside H5Dopen2
+// (docs/fuzzing.md). While one lives, the data segment (RLIMIT_DATA) may grow by at most
+// `headroom` bytes past its size now: beyond that malloc fails, HDF5 returns an error, and the
+// file is refused as damaged instead of filling the node's memory. The previous limit comes back
+// when it goes; a lower limit already set, or no /proc/self/status, leaves things as they are.
+class DataGrowthLimit {
+public:
+  explicit DataGrowthLimit(unsigned long long headroom)
+      : start_(data_segment_bytes()), headroom_(headroom) {
+#if !defined(__SANITIZE_ADDRESS__) && !defined(PT_ASAN) // ASan's own mappings would fail, fatally
+    if (start_ == 0 || getrlimit(RLIMIT_DATA, &saved_) != 0) return;
+    const rlim_t limit = start_ + headroom;
+    if (saved_.rlim_cur != RLIM_INFINITY && saved_.rlim_cur <= limit) return;
+    rlimit lower = saved_;
+    lower.rlim_cur = limit;
+    set_ = setrlimit(RLIMIT_DATA, &lower) == 0;
+#endif
+  }
+  ~DataGrowthLimit() {
+    if (set_) setrlimit(RLIMIT_DATA, &saved_);
+  }
+  DataGrowthLimit(const DataGrowthLimit&) = delete;
+  DataGrowthLimit& operator=(const DataGrowthLimit&) = delete;
+  // Whether the segment has grown by more than half the headroom: what ran under it hit the limit.
+  bool reached() const {
+    return set_ && data_segment_bytes() > start_ + headroom_ / 2;
+  }
+
+private:
+  unsigned long long start_, headroom_;
+  rlimit saved_{};
+  bool set_ = false;
+};
 
 inline H5 open_file(const std::string& path, MPI_Comm comm, bool create) {
   H5 fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);

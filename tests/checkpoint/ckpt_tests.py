@@ -10,8 +10,10 @@ Scenarios (each exits 0 on success, prints what it compared):
                         losses and parameter bytes
   reshard FROM TO       a step-5 checkpoint written by layout FROM continues on layout TO; losses
                         and parameters within 1e-5 of the uninterrupted FROM run
-  damage KIND           truncate | flip | delete | schema | shape: the damaged checkpoint named by
-                        checkpoint.resume is refused with exit code 3 and the matching message
+  damage KIND           truncate | flip | delete | schema | shape | heap_loop: the damaged
+                        checkpoint named by checkpoint.resume is refused with exit code 3 and the
+                        matching message (heap_loop: every group's local-heap free list made a
+                        cycle, on which HDF5 1.10 allocates without end)
   fallback              latest is damaged: resume = "auto" warns, resumes from the older one, and
                         the losses match the straight run
   kill                  kill -9 of a rank while step 10's checkpoint is written: the .partial file
@@ -32,6 +34,7 @@ import argparse
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -139,6 +142,20 @@ def damage(r, kind):
         with h5py.File(path, "r+") as f:
             f.attrs["schema_version"] = 2
         want = "schema_version 2, this pipetrain reads 1"
+    elif kind == "heap_loop":
+        with open(path, "r+b") as f:
+            data = bytearray(f.read())
+            loops = 0
+            for at in (i for i in range(len(data)) if data.startswith(b"HEAP\0", i)):
+                size, head, addr = struct.unpack_from("<QQQ", data, at + 8)
+                if head != 1 and head + 16 <= size:  # 1: an empty free list
+                    struct.pack_into("<Q", data, addr + head, head)  # the block's next is itself
+                    loops += 1
+            if loops == 0:
+                sys.exit("FAIL: no local heap with a free block to damage")
+            f.seek(0)
+            f.write(data)
+        want = "reading its metadata took more than 1 GiB of memory: the file is damaged"
     elif kind == "shape":
         extra = ["model.d_model=64"]
         want = "dataset /model/wte has shape (256, 32) but the deck's model needs (256, 64)"
