@@ -141,8 +141,10 @@ void PipelineEngine::load_batch(GptStage& stage, StageActivations& acts, const S
   tokens_host_.resize(acts.tokens.size());
   targets_host_.resize(acts.targets.size());
   sampler.fill(step, first, B, tokens_host_.data(), targets_host_.data());
-  stage.backend().copy(acts.tokens.data(), tokens_host_.data(), acts.tokens.bytes());
-  from_host(stage.backend(), acts.targets.data(), targets_host_.data(), acts.targets.size());
+  const Backend& be = stage.backend();
+  be.copy(acts.tokens.data(), tokens_host_.data(), acts.tokens.bytes());
+  be.copy(acts.targets.data(), targets_host_.data(), acts.targets.bytes());
+  be.synchronize(); // both copies done: the host rows are refilled by the next call
 }
 
 const float* PipelineEngine::stage_output(const StageActivations& a) const {

@@ -50,8 +50,7 @@ struct EdgeTensors {
 struct BlockActivations {
   FloatBuffer ln1, ln1_mean, ln1_rstd; // (R,C), (R), (R)
   FloatBuffer qkv;                     // (N,3Ct)
-  FloatBuffer
-      att; // (B,NH,T,T) softmax probabilities (heads here); less on a GPU (attention_floats)
+  FloatBuffer att;                     // (B,NH,T,T) probabilities, local heads; GPU: less
   FloatBuffer atty;                    // (N,Ct) attention output before proj
   FloatBuffer res2;                    // (R,C) x + attention branch
   FloatBuffer ln2, ln2_mean, ln2_rstd; // (R,C), (R), (R)
