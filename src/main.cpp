@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "config/deck_keys.hpp"
 #include "config/load_deck.hpp"
 #include "engine/trainer.hpp"
 #include "parallel/layout.hpp"
@@ -34,9 +35,14 @@ int run(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "plan") {
     return world_rank() == 0 ? pt::plan_main(argc - 1, argv + 1) : 0;
   }
+  if (argc > 1 && std::string(argv[1]) == "keys") { // the key reference of docs/deck.md
+    if (world_rank() == 0) std::fputs(pt::deck_keys_markdown().c_str(), stdout);
+    return 0;
+  }
   CLI::App app{"pipetrain: pipeline/data/tensor-parallel GPT training on MPI clusters.\n"
                "Usage: mpirun -np N pipetrain DECK.toml [section.key=value ...]"};
-  app.footer("Kokkos' own options (threads, devices): pipetrain --kokkos-help");
+  app.footer("Every deck key: pipetrain keys (docs/deck.md). The planner: pipetrain plan --help.\n"
+             "Kokkos' own options (threads, devices): pipetrain --kokkos-help");
   app.set_version_flag("--version", std::string("pipetrain ") + PIPETRAIN_VERSION);
   std::string deck;
   std::vector<std::string> overrides;

@@ -371,6 +371,7 @@ void Allreducer::two_level(float* buf, std::size_t n, int c, bool node_local) {
 }
 
 void Allreducer::run(AllreduceAlgo algo, float* buf, std::size_t n) {
+  if (algo != AllreduceAlgo::mpi) opt_.watchdog->count_collective(); // mpi counts itself
   switch (algo) {
   case AllreduceAlgo::mpi:
     opt_.watchdog->allreduce(buf, as_count(n), MPI_FLOAT, MPI_SUM, comm_, opt_.what);

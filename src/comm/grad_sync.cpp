@@ -146,6 +146,7 @@ void GradSync::launch(std::size_t b) {
     PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(k.count), MPI_FLOAT, MPI_SUM, comm_,
                           &req));
     requests_.push_back(req);
+    watchdog_->count_collective();
   }
   // none: finish() reduces it
 }

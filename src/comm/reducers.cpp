@@ -31,6 +31,7 @@ public:
     MPI_Request req;
     PT_MPI(
         MPI_Ireduce_scatter_block(in, res, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_, &req));
+    watchdog_.count_collective();
     watchdog_.wait(req, what_ + " (reduce-scatter)");
     from_host(out, res, n);
   }
@@ -40,6 +41,7 @@ public:
     MPI_Request req;
     PT_MPI(MPI_Iallgather(src, static_cast<int>(n), MPI_FLOAT, res, static_cast<int>(n), MPI_FLOAT,
                           comm_, &req));
+    watchdog_.count_collective();
     watchdog_.wait(req, what_ + " (all-gather)");
     from_host(out, res, n * size_);
   }

@@ -49,6 +49,7 @@ double Watchdog::wait_until(const std::function<bool()>& done, const std::string
 
 double Watchdog::allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                            const std::string& what) const {
+  count_collective();
   if (timeout_s_ <= 0.0) {
     const double t0 = MPI_Wtime();
     PT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, comm));
@@ -61,6 +62,7 @@ double Watchdog::allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op, M
 
 double Watchdog::bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
                        const std::string& what) const {
+  count_collective();
   if (timeout_s_ <= 0.0) {
     const double t0 = MPI_Wtime();
     PT_MPI(MPI_Bcast(buf, count, type, root, comm));
@@ -72,6 +74,7 @@ double Watchdog::bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Co
 }
 
 double Watchdog::barrier(MPI_Comm comm, const std::string& what) const {
+  count_collective();
   if (timeout_s_ <= 0.0) {
     const double t0 = MPI_Wtime();
     PT_MPI(MPI_Barrier(comm));
@@ -79,6 +82,14 @@ double Watchdog::barrier(MPI_Comm comm, const std::string& what) const {
   }
   MPI_Request req;
   PT_MPI(MPI_Ibarrier(comm, &req));
+  return wait(req, what);
+}
+
+double Watchdog::allgather(const void* mine, int count, MPI_Datatype type, void* all, MPI_Comm comm,
+                           const std::string& what) const {
+  count_collective();
+  MPI_Request req;
+  PT_MPI(MPI_Iallgather(mine, count, type, all, count, type, comm, &req));
   return wait(req, what);
 }
 

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -33,10 +34,21 @@ public:
   double bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
                const std::string& what) const;
   double barrier(MPI_Comm comm, const std::string& what) const;
+  // MPI_Allgather under the watchdog: every rank's mine[0, count) into all[0, count * size).
+  double allgather(const void* mine, int count, MPI_Datatype type, void* all, MPI_Comm comm,
+                   const std::string& what) const;
+
+  // The collectives this rank has started: allreduce, bcast and barrier above count themselves;
+  // a collective started elsewhere in comm/ (a non-blocking one it waits on with wait(), or one
+  // of comm/allreduce.hpp's algorithms) calls count_collective() once. Read per step by the
+  // trainer to report how many collectives a step makes (atomic: comm.overlap's thread).
+  void count_collective() const { collectives_.fetch_add(1, std::memory_order_relaxed); }
+  long collectives() const { return collectives_.load(std::memory_order_relaxed); }
 
 private:
   double timeout_s_;
   int rank_;
+  mutable std::atomic<long> collectives_{0};
 };
 
 } // namespace pt

@@ -1,8 +1,10 @@
-// The input deck (DESIGN.md section 4) as a typed, validated RunConfig.
-// Every key, its default and its range are documented in docs/deck.md.
+// The input deck (docs/design.md section 4) as a typed, validated RunConfig. The member
+// initializers are the deck's defaults; config/deck_keys.hpp is the table of keys that reads them
+// and documents them (docs/deck.md).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@ struct ModelConfig {
   int seq_len = 0;
   int vocab_size = 0;
   bool tie_embeddings = true;
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct ParallelConfig {
@@ -33,6 +36,7 @@ struct ParallelConfig {
   int zero = 0; // 1: ZeRO-1, AdamW's state and update sharded over dp (docs/memory.md)
   // tp > 1: the residual stream and its norms on N/tp rows per rank (docs/tensor-parallel.md)
   bool sequence_parallel = false;
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 struct TrainConfig {
@@ -40,7 +44,7 @@ struct TrainConfig {
   int global_batch = 0; // sequences per optimizer step, all data-parallel ranks together
   int micro_batch = 0;  // sequences per forward/backward
   double lr = 3e-4;
-  double min_lr = -1.0; // <0 in the deck: lr / 10
+  std::optional<double> min_lr; // absent: lr / 10 (validate() resolves it)
   int warmup_steps = 0;
   double weight_decay = 0.1;
   double grad_clip = 1.0; // 0: off
@@ -48,9 +52,10 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   std::uint64_t seed = 1337;
-  // activations recomputed in the backward instead of kept (DESIGN.md section 6a): selective,
+  // activations recomputed in the backward instead of kept (docs/design.md section 6a): selective,
   // the attention probabilities; full, everything of a block but its input
   Recompute recompute = Recompute::none;
+  bool operator==(const TrainConfig&) const = default;
 };
 
 struct DataConfig {
@@ -58,6 +63,7 @@ struct DataConfig {
   std::string val_path;
   int val_every = 0;   // 0: no validation during training
   int val_batches = 4; // micro-batches per validation pass
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct CheckpointConfig {
@@ -66,6 +72,7 @@ struct CheckpointConfig {
   int every = 0;               // steps between checkpoints; 0: only at the end (and on stops)
   int keep = 3;                // newest checkpoints kept
   std::string resume = "auto"; // auto | none | <file>
+  bool operator==(const CheckpointConfig&) const = default;
 };
 
 struct CommConfig {
@@ -83,6 +90,7 @@ struct CommConfig {
   // send/receive on device memory, or through MPI on host copies (the default: the NCCL path
   // has not yet run on two GPUs; docs/cuda.md)
   GpuTransport gpu_p2p = GpuTransport::mpi; // mpi | nccl (no auto)
+  bool operator==(const CommConfig&) const = default;
 };
 
 struct DeviceConfig {
@@ -91,20 +99,25 @@ struct DeviceConfig {
   // fp32 weights, activations and optimizer state; CUDA only)
   Precision precision = Precision::fp32;
   int blas_threads = 0; // 0: cores per node / ranks per node
+  bool operator==(const DeviceConfig&) const = default;
 };
 
 struct LogConfig {
   int every = 1;
   std::string dir = "runs";
   bool trace = false;
-  int trace_first = 1, trace_last = 1; // log.trace_steps = [first, last], 1-based, inclusive
+  // log.trace_steps = [first, last], 1-based, inclusive; 0: the second step, or the first of a
+  // one-step run (validate() resolves it)
+  int trace_first = 0, trace_last = 0;
   bool op_profile = false; // time every kernel op (synchronized), print a table at the end
+  bool operator==(const LogConfig&) const = default;
 };
 
 struct RuntimeConfig {
-  double hang_timeout_s = 0.0;
+  double hang_timeout_s = 600.0;
   bool deterministic = false;
   int exit_after_steps = 0;
+  bool operator==(const RuntimeConfig&) const = default;
 };
 
 struct RunConfig {
@@ -131,5 +144,15 @@ struct RunConfig {
 // naming the file or override, the key, what was found and what to change.
 RunConfig parse_deck(const std::string& text, const std::string& deck_path,
                      const std::vector<std::string>& overrides, int world_size);
+
+// Where a key's value came from, for messages: "deck.toml:12: train.lr", "command-line override
+// train.lr"; for a RunConfig made in code, "section.key".
+using KeySource = std::function<std::string(const std::string& section, const std::string& key)>;
+
+// The rules between keys, for a job of world_size ranks, and the derived values: dp and
+// micro_batches from the batch sizes, min_lr, trace_steps. Throws pt::Error(bad_input) naming
+// the key (through `where`); appends to c.warnings. parse_deck calls it; a RunConfig made in code
+// calls it too, so that it equals the one parsed from a deck with the same keys.
+void validate(RunConfig& c, int world_size, const KeySource& where = {});
 
 } // namespace pt

@@ -80,13 +80,16 @@ void memory_metrics(const Run& run, StepMetrics& sm) {
 void report_dp_reduction(const Run& run, const RunTotals& totals) {
   const int run_steps = totals.steps_done - totals.first_step;
   if (run.syncs.empty() || run_steps <= 0) return;
-  int early = totals.comm.buckets_early;
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &early, 1, MPI_INT, MPI_MIN, run.layout.world()));
+  // the largest rank's times, the fewest buckets started early
+  double most[3] = {totals.comm.exposed_s, totals.comm.busy_s,
+                    -static_cast<double>(totals.comm.buckets_early)};
+  run.watchdog.allreduce(most, 3, MPI_DOUBLE, MPI_MAX, run.layout.world(),
+                         "the end-of-run dp reduction summary");
   if (run.layout.rank() != 0) return;
   std::printf("dp gradient reduction (overlap %s): %.2f ms exposed of %.2f ms per step; "
-              "%d bucket(s) started during the backward\n",
-              run.syncs.front()->mode(), 1e3 * totals.comm.exposed_s / run_steps,
-              1e3 * totals.comm.busy_s / run_steps, early);
+              "%.0f bucket(s) started during the backward\n",
+              run.syncs.front()->mode(), 1e3 * most[0] / run_steps, 1e3 * most[1] / run_steps,
+              -most[2]);
   if (const Allreducer* red = run.syncs.front()->reducer()) {
     for (const auto& [n, ch] : red->measured()) {
       std::printf("dp all-reduce auto, %.1f KiB: %s (model: %s; measured", n * 4.0 / 1024.0,
@@ -97,6 +100,19 @@ void report_dp_reduction(const Run& run, const RunTotals& totals) {
       std::printf(")\n");
     }
   }
+  std::fflush(stdout);
+}
+
+// How many collectives a step that neither logs, validates nor checkpoints made, on every rank.
+void report_collectives(const Run& run, const RunTotals& totals) {
+  const int n = run.layout.size();
+  std::vector<long> all(static_cast<std::size_t>(n));
+  run.watchdog.allgather(&totals.quiet_collectives, 1, MPI_LONG, all.data(), run.layout.world(),
+                         "the end-of-run count of collectives");
+  if (run.layout.rank() != 0 || all[0] < 0) return;
+  std::printf("collectives a step that does not log, by rank:");
+  for (long c : all) std::printf(" %ld", c);
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -114,6 +130,10 @@ void report_final_params(Run& run) {
 }
 
 } // namespace
+
+bool step_logs(const RunConfig& cfg, int step, int first_step) {
+  return (step + 1) % cfg.log.every == 0 || step == first_step || step + 1 == cfg.train.steps;
+}
 
 void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
   const RunConfig& cfg = run.cfg;
@@ -135,21 +155,25 @@ void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
   sm.tokens_per_s = tokens_per_step / dt;
   sm.tflops = flops_per_token(cfg.model) * tokens_per_step / dt / 1e12;
   sm.mfu = sm.tflops * 1e12 / run.peak_flops;
-  std::tie(sm.bubble, sm.bubble_predicted) = bubble_of(run, s.times, step);
-  double comm_t[2] = {s.comm.exposed_s, s.comm.busy_s};
-  run.watchdog.allreduce(comm_t, 2, MPI_DOUBLE, MPI_MAX, run.layout.world(),
-                         "the step's communication metrics");
-  sm.comm_exposed_s = comm_t[0];
-  sm.comm_s = comm_t[1];
-  totals.comm.exposed_s += comm_t[0];
-  totals.comm.busy_s += comm_t[1];
+  totals.comm.exposed_s += s.comm.exposed_s; // this rank's; the largest is reported at the end
+  totals.comm.busy_s += s.comm.busy_s;
   totals.comm.buckets_early += s.comm.buckets_early;
-  memory_metrics(run, sm);
-  stage_metrics(run, s.times, sm);
+  sm.reduced = step_logs(cfg, step, totals.first_step);
+  if (sm.reduced) { // metrics over ranks only on the steps that log
+    std::tie(sm.bubble, sm.bubble_predicted) = bubble_of(run, s.times, step);
+    double comm_t[2] = {s.comm.exposed_s, s.comm.busy_s};
+    run.watchdog.allreduce(comm_t, 2, MPI_DOUBLE, MPI_MAX, run.layout.world(),
+                           "the step's communication metrics");
+    sm.comm_exposed_s = comm_t[0];
+    sm.comm_s = comm_t[1];
+    memory_metrics(run, sm);
+    stage_metrics(run, s.times, sm);
+  } else if (run.trace.on(step) && step + 1 == run.trace.first()) {
+    bubble_of(run, s.times, step); // the trace's prediction
+  }
   sm.eta_s = totals.ema * (cfg.train.steps - step - 1);
   if (run.layout.rank() == 0) {
-    const bool print = (step + 1) % cfg.log.every == 0 || step == 0 || step + 1 == cfg.train.steps;
-    run.log->step(sm, print);
+    run.log->step(sm, sm.reduced);
   }
   totals.steps_done = step + 1;
   totals.final_loss = s.loss;
@@ -157,6 +181,7 @@ void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
 
 void report_end(Run& run, const RunTotals& totals) {
   report_dp_reduction(run, totals);
+  report_collectives(run, totals);
   const int timed = totals.steps_done - totals.first_step - 1;
   if (run.cfg.log.op_profile && timed >= 0) {
     print_op_profile(run.layout.world(), timed > 0 ? timed : 1, timed > 0,

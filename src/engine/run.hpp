@@ -76,6 +76,7 @@ struct StepResult {
   double grad_norm = 0.0;
   double lr = 0.0;
   double seconds = 0.0;
+  int stop = 0; // the stop signal any rank had seen when the step's sums were agreed, or 0
   StepTimes times;
   GradSyncStats comm;
 };
@@ -84,7 +85,13 @@ struct StepResult {
 // (tied head, dp reduction, tied embedding), reduce the loss, the global norm and clipping,
 // AdamW. Throws Error(non_finite) before any update when the loss or norm is not finite.
 // drain: 2bw only (PipelineEngine::run); 2bw keeps the pre-update weights in run.older.
-StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain = true);
+// stop_seen: the stop signal this rank has seen (0 if none; polled here if none yet), agreed
+// in the step's one world sum into StepResult::stop; nullptr: not agreed here (2bw).
+StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain = true,
+                      int* stop_seen = nullptr);
+
+// The stop signal (SIGTERM or SIGUSR1) pending on this rank, collected without waiting, or 0.
+int poll_stop_signal();
 
 // The run's setup on rank 0's stdout: kernels, threads, peak, where GPU traffic goes.
 void print_run_header(const Run& run);
@@ -98,7 +105,14 @@ struct RunTotals {
   double ema = 0.0;      // smoothed step time, for the ETA
   double final_loss = 0.0;
   GradSyncStats comm; // max over ranks per step, summed
+  // the most collectives (Watchdog::collectives) one step made among the steps that neither log,
+  // validate nor checkpoint; -1 when there was none
+  long quiet_collectives = -1;
 };
+
+// Whether this step logs (every log.every steps, the run's first and the last): only the steps
+// that log reduce the metrics beyond the loss and the gradient norm.
+bool step_logs(const RunConfig& cfg, int step, int first_step);
 
 // A step's metrics (bubble against the simulator's prediction, dp reduction, memory, MFU): one
 // line on rank 0 and one metrics.jsonl record. Collective.

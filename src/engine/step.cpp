@@ -1,5 +1,6 @@
 // One optimizer step: the schedule, the gradients' reductions, the norm, clipping and AdamW.
 #include <mpi.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cmath>
@@ -92,27 +93,22 @@ void finish_gradients(Run& run, GradSyncStats& comm) {
   sum_tied_embedding(run);
 }
 
-// The mean loss over the global batch on every rank: the last pipeline rank's sum over its
-// micro-batches, summed over dp replicas, broadcast along the pipeline.
-double reduce_loss(Run& run, double loss) {
-  const Layout& layout = run.layout;
-  if (layout.dp() > 1) {
-    run.watchdog.allreduce(&loss, 1, MPI_DOUBLE, MPI_SUM, layout.dp_comm(), "the loss all-reduce");
-  }
-  const schedule::Schedule& sched = run.plan.schedule;
-  run.watchdog.bcast(&loss, 1, MPI_DOUBLE, sched.rank_of(sched.stages() - 1), layout.pp_comm(),
-                     "the loss broadcast");
-  return loss / (static_cast<double>(run.cfg.accumulation()) * layout.dp());
-}
+// What every rank needs after the schedule, in one sum over the world: each tensor's sum of
+// squared gradients (the global norm, each element counted once: dp rank 0's, or under ZeRO-1
+// every dp rank's shard), the loss (the last stage's sums over its micro-batches, tp rank 0's,
+// of every dp replica) and the stop signals any rank has seen. A non-finite loss or gradient on
+// any rank makes the sums non-finite on every rank, so all ranks reach the same verdict.
+struct Agreement {
+  double loss = 0.0;      // mean over the global batch
+  double grad_norm = 0.0; // global L2 norm
+  int stop = 0;           // SIGTERM or SIGUSR1 if any rank has seen one, else 0
+};
 
-// The global gradient norm: each tensor once, summed in model order; one backend call (one
-// wait on a GPU) per chunk.
-double grad_norm(Run& run) {
-  const Layout& layout = run.layout;
-  std::vector<double> sq(run.whole.tensors().size(), 0.0);
+// This rank's sums of squares per tensor (in model order) into sq; one backend call per chunk.
+void local_norm_squares(Run& run, double* sq) {
   for (std::size_t k = 0; k < run.chunks.size(); ++k) {
     NormTensors& nt = run.norm_tensors[k];
-    if (!run.zero.empty()) { // ZeRO-1: this rank's blocks of each tensor, summed over dp below
+    if (!run.zero.empty()) { // ZeRO-1: this rank's blocks of each tensor
       const GptStage& chunk = *run.chunks[k];
       for (const ZeroShard::Piece& piece : run.zero[k]->pieces()) {
         const ParamTensor& t = chunk.layout().tensors()[piece.tensor];
@@ -124,31 +120,55 @@ double grad_norm(Run& run) {
       }
       continue;
     }
+    if (run.layout.coords().dp != 0) continue; // the dp replicas' gradients are equal
     run.be.sum_squares_each(nt.sums.data(), run.chunks[k]->grads(), nt.offset.data(),
                             nt.size.data(), static_cast<int>(nt.index.size()));
     for (std::size_t i = 0; i < nt.index.size(); ++i) sq[nt.index[i]] = nt.sums[i];
   }
-  const int count = static_cast<int>(sq.size());
-  if (!run.zero.empty() && layout.dp() > 1) {
-    run.watchdog.allreduce(sq.data(), count, MPI_DOUBLE, MPI_SUM, layout.dp_comm(),
-                           "the gradient-norm all-reduce (ZeRO-1, dp)");
+}
+
+Agreement agree_after_schedule(Run& run, double loss, int signal) {
+  const Layout& layout = run.layout;
+  const std::size_t n_tensors = run.whole.tensors().size();
+  // [sums of squares per tensor..., loss, SIGTERM seen, SIGUSR1 seen]
+  std::vector<double> v(n_tensors + 3, 0.0);
+  local_norm_squares(run, v.data());
+  const schedule::Schedule& sched = run.plan.schedule;
+  const bool has_loss =
+      layout.coords().pp == sched.rank_of(sched.stages() - 1) && layout.coords().tp == 0;
+  if (has_loss) v[n_tensors] = loss;
+  v[n_tensors + 1] = signal == SIGTERM ? 1.0 : 0.0;
+  v[n_tensors + 2] = signal == SIGUSR1 ? 1.0 : 0.0;
+  if (layout.size() > 1) {
+    run.watchdog.allreduce(v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM,
+                           layout.world(), "the step's loss, gradient norm and stop agreement");
   }
-  if (layout.tp() > 1) {
-    run.watchdog.allreduce(sq.data(), count, MPI_DOUBLE, MPI_SUM, layout.tp_comm(),
-                           "the gradient-norm all-reduce (tp)");
-  }
-  if (layout.pp() > 1) {
-    run.watchdog.allreduce(sq.data(), count, MPI_DOUBLE, MPI_SUM, layout.pp_comm(),
-                           "the gradient-norm all-reduce");
-  }
+  Agreement a;
   double norm2 = 0.0;
-  for (double x : sq) norm2 += x;
-  return std::sqrt(norm2);
+  for (std::size_t i = 0; i < n_tensors; ++i) norm2 += v[i]; // model order on every layout
+  a.grad_norm = std::sqrt(norm2);
+  a.loss = v[n_tensors] / (static_cast<double>(run.cfg.accumulation()) * layout.dp());
+  a.stop = v[n_tensors + 1] > 0.0 ? SIGTERM : v[n_tensors + 2] > 0.0 ? SIGUSR1 : 0;
+  return a;
 }
 
 } // namespace
 
-StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain) {
+// SIGTERM / SIGUSR1 (what Slurm sends ahead of the time limit with --signal) ask the run to
+// finish the step, checkpoint and exit 0. main() blocks both in every thread before MPI starts;
+// they stay pending until this poll collects them after a step, so no handler ever runs inside
+// MPI, PMIx or BLAS code. Returns the signal, or 0.
+int poll_stop_signal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  const timespec zero{0, 0};
+  const int sig = sigtimedwait(&set, nullptr, &zero);
+  return sig > 0 ? sig : 0;
+}
+
+StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, int* stop_seen) {
   const TrainConfig& t = run.cfg.train;
   StepResult r;
   const double t0 = MPI_Wtime();
@@ -158,8 +178,11 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain) {
   finish_gradients(run, r.comm);
   run.trace.add("gradient reductions", t_reduce, MPI_Wtime(), step);
   const double t_update = MPI_Wtime();
-  r.loss = reduce_loss(run, loss);
-  r.grad_norm = grad_norm(run);
+  if (stop_seen != nullptr && *stop_seen == 0) *stop_seen = poll_stop_signal();
+  const Agreement agreed = agree_after_schedule(run, loss, stop_seen != nullptr ? *stop_seen : 0);
+  r.loss = agreed.loss;
+  r.grad_norm = agreed.grad_norm;
+  r.stop = agreed.stop;
   if (test_hooks().check_tp_replicas) {
     check_replicated_grads(run.chunks, run.layout, step, run.replicas_checked);
   }

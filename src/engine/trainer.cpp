@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "checkpoint/checkpoint.hpp"
@@ -14,20 +15,6 @@
 
 namespace pt {
 namespace {
-
-// SIGTERM / SIGUSR1 (what Slurm sends ahead of the time limit with --signal) ask the run to
-// finish the step, checkpoint and exit 0. main() blocks both in every thread before MPI starts;
-// they stay pending until this poll collects them after a step, so no handler ever runs inside
-// MPI, PMIx or BLAS code. Returns the signal, or 0.
-int poll_stop_signal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  const timespec zero{0, 0};
-  const int sig = sigtimedwait(&set, nullptr, &zero);
-  return sig > 0 ? sig : 0;
-}
 
 constexpr std::uint64_t kValidationStream = 0x76616c69646174ULL; // "validat": sampler stream
 
@@ -100,16 +87,20 @@ void validate_if_due(Run& run, int step) {
   if (run.layout.rank() == 0) run.log->validation(step + 1, val);
 }
 
-// Whether the run stops after this step, agreed by every rank: the stop signal any rank has
-// seen (kept in stop_seen), -1 for runtime.exit_after_steps, 0 to go on. (2bw asks before the
-// step, which then drains.)
-int stop_after(const Run& run, int step, int first_step, int& stop_seen) {
+// Whether the run stops after this step: `agreed`, the stop signal any rank has seen, or -1 for
+// runtime.exit_after_steps, or 0 to go on.
+int stop_after(const Run& run, int step, int first_step, int agreed) {
+  const int exit_after = run.cfg.runtime.exit_after_steps;
+  if (agreed == 0 && exit_after > 0 && step + 1 - first_step == exit_after) return -1;
+  return agreed;
+}
+
+// 2bw asks before the step, which then drains when the run stops: an agreement of its own.
+int agree_stop_before_step(const Run& run, int& stop_seen) {
   if (stop_seen == 0) stop_seen = poll_stop_signal();
   int stop = stop_seen;
   run.watchdog.allreduce(&stop, 1, MPI_INT, MPI_MAX, run.layout.world(),
-                         "the stop-signal agreement after a step");
-  const int exit_after = run.cfg.runtime.exit_after_steps;
-  if (stop == 0 && exit_after > 0 && step + 1 - first_step == exit_after) stop = -1;
+                         "the stop-signal agreement before a 2bw step");
   return stop;
 }
 
@@ -151,23 +142,34 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   // checkpoint, a validation, a stop and at the end. So it agrees on stopping before the step.
   const bool async = cfg.parallel.schedule == ScheduleKind::two_bw;
   for (int step = totals.first_step; step < cfg.train.steps; ++step) {
-    run.watchdog.barrier(layout.world(),
-                         "the barrier that starts step " + std::to_string(step + 1));
+    const long collectives_before = run.watchdog.collectives();
+    // the steps that log or trace start together, so that their times compare across ranks
+    if (step_logs(cfg, step, totals.first_step) || run.trace.on(step)) {
+      run.watchdog.barrier(layout.world(),
+                           "the barrier that starts step " + std::to_string(step + 1));
+    }
     run.trace.start_step(step);
     // log.op_profile counts the steps after the first (which also allocates scratch and has
     // cuBLAS choose its kernels), or the first alone in a one-step run
     if (step == totals.first_step + 1) reset_op_times();
     const bool last = step + 1 == cfg.train.steps;
     const bool periodic = cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0;
-    int stop = async ? stop_after(run, step, totals.first_step, stop_seen) : 0;
+    int stop =
+        async ? stop_after(run, step, totals.first_step, agree_stop_before_step(run, stop_seen))
+              : 0;
     const bool drain = !async || last || stop != 0 || validation_due(run, step) ||
                        (cfg.checkpoint.enabled && periodic);
-    const StepResult s = train_step(run, step, sampler, drain);
+    const StepResult s = train_step(run, step, sampler, drain, async ? nullptr : &stop_seen);
     report_step(run, step, s, totals);
     validate_if_due(run, step);
     // checkpoints: every N steps, at the end, and when this run must stop early
-    if (!async) stop = stop_after(run, step, totals.first_step, stop_seen);
-    if (cfg.checkpoint.enabled && (periodic || stop != 0 || last)) checkpoints.save(step + 1, s.lr);
+    if (!async) stop = stop_after(run, step, totals.first_step, s.stop);
+    const bool save = cfg.checkpoint.enabled && (periodic || stop != 0 || last);
+    if (save) checkpoints.save(step + 1, s.lr);
+    if (!save && !validation_due(run, step) && !step_logs(cfg, step, totals.first_step)) {
+      totals.quiet_collectives =
+          std::max(totals.quiet_collectives, run.watchdog.collectives() - collectives_before);
+    }
     if (stop != 0 && !last) {
       print_stopping(run, step, stop);
       result.stopped_early = true;

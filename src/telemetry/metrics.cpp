@@ -44,21 +44,26 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
   if (file_ == nullptr) return;
   std::fprintf(file_,
                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6e, "
-               "\"tokens_per_s\": %.1f, \"step_time_s\": %.6f, \"tflops\": %.6f, \"mfu\": %.6f, "
-               "\"bubble\": %.6f, \"bubble_predicted\": %.6f, \"mem_bytes\": %.0f, "
-               "\"mem_predicted_bytes\": %.0f, \"mem_rss_bytes\": %.0f, "
-               "\"comm_exposed_s\": %.6f, \"comm_s\": %.6f, \"stage_compute_s\": [",
-               m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_s, m.tflops, m.mfu,
-               m.bubble, m.bubble_predicted, m.mem_bytes, m.mem_predicted_bytes, m.mem_rss_bytes,
-               m.comm_exposed_s, m.comm_s);
-  for (std::size_t r = 0; r < m.stage_compute_s.size(); ++r) {
-    std::fprintf(file_, "%s%.6f", r ? ", " : "", m.stage_compute_s[r]);
+               "\"tokens_per_s\": %.1f, \"step_time_s\": %.6f, \"tflops\": %.6f, \"mfu\": %.6f",
+               m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_s, m.tflops, m.mfu);
+  if (!m.reduced) {
+    std::fprintf(file_, "}\n");
+  } else {
+    std::fprintf(file_,
+                 ", \"bubble\": %.6f, \"bubble_predicted\": %.6f, \"mem_bytes\": %.0f, "
+                 "\"mem_predicted_bytes\": %.0f, \"mem_rss_bytes\": %.0f, "
+                 "\"comm_exposed_s\": %.6f, \"comm_s\": %.6f, \"stage_compute_s\": [",
+                 m.bubble, m.bubble_predicted, m.mem_bytes, m.mem_predicted_bytes, m.mem_rss_bytes,
+                 m.comm_exposed_s, m.comm_s);
+    for (std::size_t r = 0; r < m.stage_compute_s.size(); ++r) {
+      std::fprintf(file_, "%s%.6f", r ? ", " : "", m.stage_compute_s[r]);
+    }
+    std::fprintf(file_, "], \"stage_mem_bytes\": [");
+    for (std::size_t r = 0; r < m.stage_mem_bytes.size(); ++r) {
+      std::fprintf(file_, "%s%.0f", r ? ", " : "", m.stage_mem_bytes[r]);
+    }
+    std::fprintf(file_, "]}\n");
   }
-  std::fprintf(file_, "], \"stage_mem_bytes\": [");
-  for (std::size_t r = 0; r < m.stage_mem_bytes.size(); ++r) {
-    std::fprintf(file_, "%s%.0f", r ? ", " : "", m.stage_mem_bytes[r]);
-  }
-  std::fprintf(file_, "]}\n");
   std::fflush(file_);
   if (!print) return;
   std::printf("step %6d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %8.0f tok/s | MFU %5.1f%% | "

@@ -32,6 +32,9 @@ struct StepMetrics {
   double comm_s = 0.0;
   // per pipeline rank of the first replica: compute time (F, B, BI, BW) and peak bytes
   std::vector<double> stage_compute_s, stage_mem_bytes;
+  // whether the metrics over ranks above (bubble to stage_mem_bytes) were measured: on the steps
+  // that log; the other steps' records carry the rest only
+  bool reduced = true;
 };
 
 struct ParamSummary {

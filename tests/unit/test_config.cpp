@@ -1,5 +1,5 @@
 // Deck parsing: defaults, derived values, overrides, round trip, and messages of bad decks that
-// the command-line tests (tests/CMakeLists.txt) do not reach.
+// the command-line tests (tests/integration/CMakeLists.txt) do not reach.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -31,6 +31,41 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
   return "";
 }
 
+// The defaults live once, in RunConfig's initializers: a RunConfig made in code with the
+// required keys set and validated equals the one parsed from a deck of only those keys.
+TEST(Config, MadeInCodeEqualsParsedMinimalDeck) {
+  const std::string deck = "[model]\nn_layer = 4\nn_head = 4\nd_model = 64\nseq_len = 32\n"
+                           "vocab_size = 256\n[train]\nsteps = 10\nglobal_batch = 8\n"
+                           "micro_batch = 2\n[data]\npath = \"x.bin\"\n";
+  const RunConfig parsed = parse_deck(deck, "minimal.toml", {}, 2);
+  RunConfig made;
+  made.model.n_layer = 4;
+  made.model.n_head = 4;
+  made.model.d_model = 64;
+  made.model.seq_len = 32;
+  made.model.vocab_size = 256;
+  made.train.steps = 10;
+  made.train.global_batch = 8;
+  made.train.micro_batch = 2;
+  made.data.path = "x.bin";
+  validate(made, 2);
+  EXPECT_EQ(made.model, parsed.model);
+  EXPECT_EQ(made.parallel, parsed.parallel);
+  EXPECT_EQ(made.train, parsed.train);
+  EXPECT_EQ(made.data, parsed.data);
+  EXPECT_EQ(made.checkpoint, parsed.checkpoint);
+  EXPECT_EQ(made.comm, parsed.comm);
+  EXPECT_EQ(made.device, parsed.device);
+  EXPECT_EQ(made.log, parsed.log);
+  EXPECT_EQ(made.runtime, parsed.runtime);
+  EXPECT_EQ(parsed.runtime.hang_timeout_s, 600.0); // one default, in the struct
+  EXPECT_EQ(parsed.parallel.dp, 2);
+  EXPECT_DOUBLE_EQ(*parsed.train.min_lr, parsed.train.lr / 10.0);
+  // and a rule between keys names the key for a RunConfig made in code too
+  made.parallel.tp = 3;
+  EXPECT_THROW(validate(made, 2), Error);
+}
+
 TEST(Config, TinyDeckDerivesDataParallelismFromRanks) {
   // tiny.toml: pp = 2, global batch 16 of micro-batch 4
   const RunConfig one = parse_deck(kTiny, "tiny.toml", {}, 2);
@@ -42,7 +77,7 @@ TEST(Config, TinyDeckDerivesDataParallelismFromRanks) {
   EXPECT_EQ(two.parallel.micro_batches, 2);
   EXPECT_EQ(two.model.n_layer, 4);
   EXPECT_DOUBLE_EQ(two.train.lr, 3e-3);
-  EXPECT_DOUBLE_EQ(two.train.min_lr, 3e-4);
+  EXPECT_DOUBLE_EQ(*two.train.min_lr, 3e-4);
   EXPECT_EQ(two.data.path, "data/fortunes.bin");
 }
 
@@ -59,7 +94,7 @@ TEST(Config, DefaultsAreFilledIn) {
       parse_deck("[model]\nn_layer=1\nn_head=1\nd_model=8\nseq_len=4\nvocab_size=16\n"
                  "[train]\nsteps=1\nglobal_batch=1\nmicro_batch=1\nlr=0.01\n[data]\npath=\"x\"\n",
                  "d.toml", {}, 1);
-  EXPECT_DOUBLE_EQ(d.train.min_lr, 0.001); // lr / 10
+  EXPECT_DOUBLE_EQ(*d.train.min_lr, 0.001); // lr / 10
 }
 
 TEST(Config, OverridesApplyInOrderAndLastWins) {
@@ -112,7 +147,7 @@ TEST(Config, ResolvedDeckParsesBackToTheSameRun) {
   const RunConfig b = parse_deck(a.resolved_text, "resolved.toml", {}, 2);
   EXPECT_EQ(b.train.steps, 42);
   EXPECT_EQ(b.model.n_layer, 3);
-  EXPECT_DOUBLE_EQ(b.train.min_lr, a.train.min_lr);
+  EXPECT_DOUBLE_EQ(*b.train.min_lr, *a.train.min_lr);
   EXPECT_EQ(b.train.seed, a.train.seed);
   EXPECT_EQ(b.resolved_text, a.resolved_text);
 }

@@ -1,0 +1,394 @@
+#include "config/deck_keys.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <sstream>
+
+namespace pt {
+namespace {
+
+constexpr std::int64_t kBig = 1 << 30;
+
+// What a builder needs beyond the field: the doc line, and where the generated text will not do,
+// the range or default as docs/deck.md shows them.
+struct Doc {
+  const char* doc;
+  const char* status = "yes";
+  const char* range = nullptr; // default: from the bounds or choices
+  const char* def = nullptr;   // default: from RunConfig's initializer
+};
+
+std::string text_of(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string int_range(std::int64_t lo, std::int64_t hi) {
+  if (hi >= kBig) return ">= " + std::to_string(lo);
+  return std::to_string(lo) + ".." + std::to_string(hi);
+}
+
+DeckKey make(const char* sec, const char* name, const char* type, const Doc& d, std::string def,
+             std::string range) {
+  DeckKey k;
+  k.section = sec;
+  k.name = name;
+  k.type = type;
+  k.def = d.def != nullptr ? d.def : std::move(def);
+  k.range = d.range != nullptr ? d.range : std::move(range);
+  k.doc = d.doc;
+  k.status = d.status;
+  return k;
+}
+
+// An integer key of field s.f in [lo, hi]; required: no default, the deck must give it.
+template <class S, class T>
+DeckKey integer(const char* sec, const char* name, S RunConfig::*s, T S::*f, std::int64_t lo,
+                std::int64_t hi, const Doc& d, bool required = false) {
+  const T def = RunConfig{}.*s.*f;
+  DeckKey k =
+      make(sec, name, "int", d, required ? "required" : std::to_string(def), int_range(lo, hi));
+  std::optional<std::int64_t> dv;
+  if (!required) dv = static_cast<std::int64_t>(def);
+  k.read = [=](DeckReader& r, RunConfig& c) {
+    c.*s.*f = static_cast<T>(r.get_int(sec, name, dv, lo, hi));
+  };
+  return k;
+}
+
+// A number in [lo, hi], or (lo, hi] when lo_open.
+template <class S>
+DeckKey number(const char* sec, const char* name, S RunConfig::*s, double S::*f, double lo,
+               double hi, bool lo_open, const Doc& d) {
+  const double def = RunConfig{}.*s.*f;
+  DeckKey k = make(sec, name, "float", d, text_of(def),
+                   (lo_open ? "(" : "[") + text_of(lo) + ", " + text_of(hi) + "]");
+  k.read = [=](DeckReader& r, RunConfig& c) {
+    c.*s.*f = r.get_double(sec, name, def, lo, hi, lo_open);
+  };
+  return k;
+}
+
+template <class S>
+DeckKey boolean(const char* sec, const char* name, S RunConfig::*s, bool S::*f, const Doc& d) {
+  const bool def = RunConfig{}.*s.*f;
+  DeckKey k = make(sec, name, "bool", d, def ? "true" : "false", "");
+  k.read = [=](DeckReader& r, RunConfig& c) { c.*s.*f = r.get_bool(sec, name, def); };
+  return k;
+}
+
+// A string; required: no default.
+template <class S>
+DeckKey text(const char* sec, const char* name, S RunConfig::*s, std::string S::*f, const Doc& d,
+             bool required = false) {
+  const std::string def = RunConfig{}.*s.*f;
+  DeckKey k = make(sec, name, "string", d, required ? "required" : "\"" + def + "\"", "");
+  std::optional<std::string> dv;
+  if (!required) dv = def;
+  k.read = [=](DeckReader& r, RunConfig& c) { c.*s.*f = r.get_string(sec, name, dv); };
+  return k;
+}
+
+// A string naming one of `values` (spelled as name() gives them), stored as its enum.
+template <class S, class E>
+DeckKey choice(const char* sec, const char* name, S RunConfig::*s, E S::*f,
+               std::initializer_list<E> values, const Doc& d) {
+  const E def = RunConfig{}.*s.*f;
+  std::string range;
+  for (E v : values) range += (range.empty() ? "" : ", ") + std::string(pt::name(v));
+  DeckKey k = make(sec, name, "string", d, "\"" + std::string(pt::name(def)) + "\"", range);
+  const std::vector<E> list(values);
+  k.read = [=](DeckReader& r, RunConfig& c) {
+    std::vector<std::string> allowed;
+    for (E v : list) allowed.push_back(pt::name(v));
+    const std::string got = r.get_string(sec, name, std::string(pt::name(def)), allowed);
+    for (E v : list) {
+      if (got == pt::name(v)) c.*s.*f = v;
+    }
+  };
+  return k;
+}
+
+// parallel.partition: a strategy's name, or a list of layer counts per virtual stage.
+DeckKey partition_key() {
+  DeckKey k = make("parallel", "partition", "string or list",
+                   {"layers per stage: uniform, params, time (profiled at startup), or a list of "
+                    "layer counts per virtual stage"},
+                   "\"uniform\"", "uniform, params, time, [n, ...]");
+  k.read = [](DeckReader& r, RunConfig& c) {
+    const toml::node* p = r.raw("parallel", "partition");
+    if (p == nullptr || !p->is_array()) {
+      c.parallel.partition =
+          r.get_enum("parallel", "partition", PartitionKind::uniform,
+                     {PartitionKind::uniform, PartitionKind::params, PartitionKind::time});
+      return;
+    }
+    c.parallel.partition = PartitionKind::explicit_layers;
+    for (const auto& e : *p->as_array()) {
+      if (!e.is_integer() || *e.value<std::int64_t>() < 1 ||
+          *e.value<std::int64_t>() > c.model.n_layer) {
+        r.fail("parallel", "partition",
+               "= " + describe(*p) +
+                   ": an explicit partition is a list of layer counts "
+                   "per stage, each >= 1 and at most model.n_layer");
+      }
+      c.parallel.partition_layers.push_back(static_cast<int>(*e.value<std::int64_t>()));
+    }
+  };
+  return k;
+}
+
+// train.min_lr: at most train.lr (read after it); absent: lr / 10, resolved by validate().
+DeckKey min_lr_key() {
+  DeckKey k = make("train", "min_lr", "float", {"end of the cosine decay"}, "lr / 10", "[0, lr]");
+  k.read = [](DeckReader& r, RunConfig& c) {
+    if (r.raw("train", "min_lr") == nullptr) return;
+    c.train.min_lr = r.get_double("train", "min_lr", std::nullopt, 0.0, c.train.lr);
+  };
+  return k;
+}
+
+// comm.allreduce: "auto" (no fixed algorithm) or one of kAllreduceAlgos.
+DeckKey allreduce_key() {
+  std::vector<std::string> algos = {"auto"};
+  for (AllreduceAlgo a : kAllreduceAlgos) algos.push_back(algorithm_name(a));
+  std::string range;
+  for (const auto& a : algos) range += (range.empty() ? "" : ", ") + a;
+  DeckKey k = make("comm", "allreduce", "string",
+                   {"the dp gradient all-reduce (docs/collectives.md); auto: the least modelled "
+                    "time per bucket size, refined by one measurement (autotune)"},
+                   "\"auto\"", range);
+  k.read = [algos](DeckReader& r, RunConfig& c) {
+    c.comm.allreduce = parse_allreduce(r.get_string("comm", "allreduce", "auto", algos));
+  };
+  return k;
+}
+
+// log.trace_steps = [first, last]; absent: resolved by validate() (the second step).
+DeckKey trace_steps_key() {
+  DeckKey k = make("log", "trace_steps", "[int, int]", {"the steps traced, 1-based, inclusive"},
+                   "[2, 2] (the first step when the run has one)", "1 <= first <= last <= steps");
+  k.read = [](DeckReader& r, RunConfig& c) {
+    const toml::node* t = r.raw("log", "trace_steps");
+    if (t == nullptr) return;
+    const toml::array* a = t->as_array();
+    const bool two = a != nullptr && a->size() == 2 && (*a)[0].is_integer() && (*a)[1].is_integer();
+    const long long first = two ? *(*a)[0].value<std::int64_t>() : 0;
+    const long long last = two ? *(*a)[1].value<std::int64_t>() : 0;
+    if (!two || first < 1 || first > last || last > c.train.steps) {
+      r.fail("log", "trace_steps",
+             "must be [first, last], two step numbers with 1 <= first <= last <= train.steps "
+             "(e.g. [2, 3])");
+    }
+    c.log.trace_first = static_cast<int>(first);
+    c.log.trace_last = static_cast<int>(last);
+  };
+  return k;
+}
+
+std::vector<DeckKey> make_table() {
+  using RC = RunConfig;
+  using M = ModelConfig;
+  using P = ParallelConfig;
+  using T = TrainConfig;
+  using D = DataConfig;
+  using K = CheckpointConfig;
+  using C = CommConfig;
+  using V = DeviceConfig;
+  using L = LogConfig;
+  using R = RuntimeConfig;
+  const std::int64_t max_i64 = std::numeric_limits<std::int64_t>::max();
+  return {
+      integer("model", "n_layer", &RC::model, &M::n_layer, 1, 4096, {"transformer blocks"}, true),
+      integer("model", "n_head", &RC::model, &M::n_head, 1, 4096,
+              {"attention heads", "yes", "1..4096, divides d_model"}, true),
+      integer("model", "d_model", &RC::model, &M::d_model, 1, 1 << 16, {"model width"}, true),
+      integer("model", "seq_len", &RC::model, &M::seq_len, 1, 1 << 20, {"tokens per sequence"},
+              true),
+      integer("model", "vocab_size", &RC::model, &M::vocab_size, 2, 65536,
+              {"vocabulary size", "yes", "2..65536 (tokens are uint16)"}, true),
+      boolean("model", "tie_embeddings", &RC::model, &M::tie_embeddings,
+              {"the head reuses the token embedding; false adds `lm_head/weight`"}),
+
+      integer("parallel", "pp", &RC::parallel, &P::pp, 1, 65536, {"pipeline ranks"}),
+      integer("parallel", "tp", &RC::parallel, &P::tp, 1, 65536,
+              {"tensor-parallel degree; must divide n_head and vocab_size "
+               "(docs/tensor-parallel.md)"}),
+      integer(
+          "parallel", "dp", &RC::parallel, &P::dp, 0, 1 << 24,
+          {"data-parallel replicas; left out (or 0): ranks / (pp*tp)", "yes", nullptr, "derived"}),
+      integer("parallel", "virtual_stages", &RC::parallel, &P::virtual_stages, 1, 64,
+              {"model chunks per pipeline rank (interleaved placement: stage s on rank s % pp; V "
+               "placement for zb-v and dualpipev)"}),
+      choice("parallel", "schedule", &RC::parallel, &P::schedule,
+             {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+              ScheduleKind::zb_h1, ScheduleKind::zb_v, ScheduleKind::dualpipev,
+              ScheduleKind::two_bw},
+             {"the pipeline schedule (docs/pipeline.md): interleaved needs pp >= 2, "
+              "virtual_stages >= 2 and micro-batches divisible by pp; zb-v and dualpipev need "
+              "virtual_stages = 2 (dualpipev: micro-batches >= 2 pp); 2bw is asynchronous "
+              "PipeDream-2BW (micro-batches >= pp, host backend, no ZeRO-1)"}),
+      integer("parallel", "micro_batches", &RC::parallel, &P::micro_batches, 0, kBig,
+              {"micro-batches per step per pipeline; if given must equal global_batch / (dp * "
+               "micro_batch)",
+               "yes", nullptr, "derived"}),
+      partition_key(),
+      boolean("parallel", "allow_tp_across_nodes", &RC::parallel, &P::allow_tp_across_nodes,
+              {"a tp group spanning nodes is an error unless true (then a warning)"}),
+      integer("parallel", "zero", &RC::parallel, &P::zero, 0, 1,
+              {"1: ZeRO-1, AdamW's state and update sharded over the dp group (docs/memory.md); "
+               "needs comm.overlap = \"none\"",
+               "yes, host backend"}),
+      boolean("parallel", "sequence_parallel", &RC::parallel, &P::sequence_parallel,
+              {"with tp > 1: the residual stream, its norms and the pipeline messages on N/tp "
+               "token rows per rank (docs/tensor-parallel.md); tp must divide micro_batch * "
+               "seq_len"}),
+
+      integer("train", "steps", &RC::train, &T::steps, 1, kBig,
+              {"optimizer steps; the LR schedule spans them"}, true),
+      integer("train", "global_batch", &RC::train, &T::global_batch, 1, kBig,
+              {"sequences per step, all data-parallel ranks together"}, true),
+      integer("train", "micro_batch", &RC::train, &T::micro_batch, 1, kBig,
+              {"sequences per forward/backward on one rank"}, true),
+      number("train", "lr", &RC::train, &T::lr, 0.0, 10.0, true, {"peak learning rate"}),
+      min_lr_key(),
+      integer("train", "warmup_steps", &RC::train, &T::warmup_steps, 0, kBig,
+              {"linear warmup: step s uses lr*(s+1)/warmup_steps; more than `steps` warns, and "
+               "the run is the first `steps` steps of that longer schedule"}),
+      number("train", "weight_decay", &RC::train, &T::weight_decay, 0.0, 10.0, false,
+             {"AdamW decoupled decay, on matrices and embeddings only"}),
+      number("train", "grad_clip", &RC::train, &T::grad_clip, 0.0, 1e6, false,
+             {"global grad-norm clipping (torch.nn.utils.clip_grad_norm_ semantics); 0 = off"}),
+      choice("train", "recompute", &RC::train, &T::recompute,
+             {Recompute::none, Recompute::selective, Recompute::full},
+             {"activations recomputed in the backward instead of kept (docs/memory.md); every "
+              "number stays bit-identical"}),
+      number("train", "beta1", &RC::train, &T::beta1, 0.0, 0.999999, false,
+             {"AdamW's first-moment decay"}),
+      number("train", "beta2", &RC::train, &T::beta2, 0.0, 0.999999, false,
+             {"AdamW's second-moment decay"}),
+      number("train", "eps", &RC::train, &T::eps, 0.0, 1.0, true, {"AdamW's epsilon"}),
+      integer("train", "seed", &RC::train, &T::seed, 0, max_i64,
+              {"parameter init and data sampling", "yes", ">= 0"}),
+
+      text("data", "path", &RC::data, &D::path,
+           {"training token file (docs/design.md section 7; `tools/prepare-data` writes one)"},
+           true),
+      text("data", "val_path", &RC::data, &D::val_path,
+           {"validation token file; when set, validation runs at the end (and every val_every "
+            "steps)"}),
+      integer("data", "val_every", &RC::data, &D::val_every, 0, kBig,
+              {"steps between validations; > 0 needs val_path"}),
+      integer("data", "val_batches", &RC::data, &D::val_batches, 1, 1 << 20,
+              {"micro-batches per validation (fixed sequences, the same every time)"}),
+
+      text("checkpoint", "dir", &RC::checkpoint, &K::dir,
+           {"where step_NNNNNNNN.h5 files and `latest` are written"}),
+      integer("checkpoint", "every", &RC::checkpoint, &K::every, 0, kBig,
+              {"steps between checkpoints; 0 = only at the end (and when stopped early)"}),
+      integer("checkpoint", "keep", &RC::checkpoint, &K::keep, 1, 1 << 20,
+              {"the newest checkpoints kept; older ones are removed after a new one is "
+               "published"}),
+      text("checkpoint", "resume", &RC::checkpoint, &K::resume,
+           {"auto: `latest`, else the newest usable one; none: start afresh; a path: that file "
+            "(exit 3 if unusable)",
+            "yes", "auto, none, a path"}),
+
+      allreduce_key(),
+      boolean("comm", "autotune", &RC::comm, &C::autotune,
+              {"allreduce = auto only: the first call of each bucket size times every "
+               "algorithm and keeps the fastest unless the model's choice is within 5% "
+               "(docs/collectives.md); false: the model alone"}),
+      choice("comm", "topology", &RC::comm, &C::topology,
+             {TopologyKind::automatic, TopologyKind::flat, TopologyKind::fat_tree,
+              TopologyKind::tianhe},
+             {"the α/β/γ preset of the cost model; auto: `node` (shared memory) when the dp "
+              "group sits on one node, else fat-tree"}),
+      text("comm", "calibration", &RC::comm, &C::calibration,
+           {"a file written by `pipetrain-bench calibrate`; replaces the preset (topology must "
+            "stay auto); unreadable or damaged: exit 2"}),
+      number("comm", "bucket_mb", &RC::comm, &C::bucket_mb, 0.0, 65536.0, false,
+             {"gradient bucket size in MB (2^20 bytes), buckets in reverse layer order; 0 = no "
+              "limit"}),
+      choice("comm", "overlap", &RC::comm, &C::overlap,
+             {Overlap::none, Overlap::thread, Overlap::poll},
+             {"none: reduce after the schedule; thread: a progress thread reduces each bucket "
+              "as its layers finish (needs MPI_THREAD_MULTIPLE); poll: MPI_Iallreduce per "
+              "bucket, advanced between layers (needs allreduce mpi or auto)"}),
+      integer("comm", "ranks_per_node", &RC::comm, &C::ranks_per_node, 0, 1 << 20,
+              {"0: nodes found from shared memory; N: blocks of N consecutive ranks form a node "
+               "(to test multi-node layouts on one machine)"}),
+      choice("comm", "gpu_collectives", &RC::comm, &C::gpu_collectives,
+             {GpuTransport::automatic, GpuTransport::nccl, GpuTransport::mpi},
+             {"device.kind = \"cuda\" only: dp and tp reductions through NCCL on device memory "
+              "or MPI on host copies; auto: nccl where the build has NCCL and no two ranks "
+              "share a GPU (docs/cuda.md)"}),
+      choice("comm", "gpu_p2p", &RC::comm, &C::gpu_p2p, {GpuTransport::mpi, GpuTransport::nccl},
+             {"device.kind = \"cuda\" only: pipeline messages through MPI on host copies, or "
+              "ncclSend/ncclRecv on device memory (docs/cuda.md)",
+              "mpi yes; nccl never run (needs two GPUs)"}),
+
+      choice("device", "kind", &RC::device, &V::kind, {DeviceKind::host, DeviceKind::cuda},
+             {"host, or cuda: one GPU per rank; exit 2 where no GPU is usable (docs/cuda.md)"}),
+      choice("device", "precision", &RC::device, &V::precision,
+             {Precision::fp32, Precision::tf32, Precision::bf16},
+             {"matrix products' inputs: fp32, or tf32/bf16 on tensor cores with fp32 "
+              "accumulation; weights, most activations and optimizer state stay fp32; not fp32 "
+              "needs kind = \"cuda\" (docs/cuda.md)"}),
+      integer("device", "blas_threads", &RC::device, &V::blas_threads, 0, 1024,
+              {"GEMM threads per rank; 0: cores of the node / ranks on the node"}),
+
+      integer("log", "every", &RC::log, &L::every, 1, kBig,
+              {"steps between logged steps (the first and last always log): only these print "
+               "and reduce the metrics over ranks (docs/design.md section 9)"}),
+      text("log", "dir", &RC::log, &L::dir,
+           {"where metrics.jsonl is appended (created if missing)"}),
+      boolean("log", "trace", &RC::log, &L::trace,
+              {"`<log.dir>/trace.json`, a Chrome trace of every rank's actions over "
+               "trace_steps (`tools/timeline` draws it; docs/pipeline.md)"}),
+      trace_steps_key(),
+      boolean("log", "op_profile", &RC::log, &L::op_profile,
+              {"time every kernel op and copy and print a table summed over ranks at the end "
+               "(docs/performance.md); the run's numbers are unchanged"}),
+
+      number("runtime", "hang_timeout_s", &RC::runtime, &R::hang_timeout_s, 0.0, 1e7, false,
+             {"a rank waiting longer on a message or collective names it and aborts the job "
+              "with exit code 5; 0 = wait forever"}),
+      boolean("runtime", "deterministic", &RC::runtime, &R::deterministic,
+              {"comm.allreduce = \"auto\" uses the model's choice alone, so two launches give "
+               "bit-identical losses (docs/collectives.md)"}),
+      integer("runtime", "exit_after_steps", &RC::runtime, &R::exit_after_steps, 0, kBig,
+              {"> 0: stop after that many steps of this run, checkpoint, exit 0 (the LR "
+               "schedule still follows train.steps); needs [checkpoint]"}),
+  };
+}
+
+} // namespace
+
+const std::vector<DeckKey>& deck_keys() {
+  static const std::vector<DeckKey> table = make_table();
+  return table;
+}
+
+std::map<std::string, std::vector<std::string>> deck_sections() {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const DeckKey& k : deck_keys()) out[k.section].push_back(k.name);
+  return out;
+}
+
+std::string deck_keys_markdown() {
+  std::string out, section;
+  for (const DeckKey& k : deck_keys()) {
+    if (k.section != section) {
+      section = k.section;
+      out += "\n### [" + section + "]\n| key | type | default | range | meaning | status |\n" +
+             "|---|---|---|---|---|---|\n";
+    }
+    out += "| " + k.name + " | " + k.type + " | " + k.def + " | " + k.range + " | " + k.doc +
+           " | " + k.status + " |\n";
+  }
+  return out;
+}
+
+} // namespace pt
