@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "comm/layout.hpp"
 #include "config/deck_keys.hpp"
 #include "config/load_deck.hpp"
 #include "engine/trainer.hpp"
-#include "parallel/layout.hpp"
 #include "plan/planner.hpp"
 #include "util/errors.hpp"
 

@@ -195,6 +195,29 @@ template <int HS> struct BlockHead {
   }
 };
 
+// The forward's end: a thread's rows q0 and q0 + 8 of the output (o / l, fp32 and bf16) and
+// their log-sum-exps (base 2) from the running maxima m and sums l.
+template <int HS>
+__device__ __forceinline__ void
+write_rows(float* out, bf16* out16, float* lse, const float (&o)[HS / 8][4], const float (&m)[2],
+           const float (&l)[2], int q0, int b, int h, int t, int T, int C) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qi = q0 + 8 * r;
+    const float sum = quad_sum(l[r]);
+    if (qi >= T) continue;
+    const float inv = 1.0f / sum;
+    const std::size_t at = (std::size_t(b) * T + qi) * C + h * HS + 2 * t;
+#pragma unroll
+    for (int nd = 0; nd < HS / 8; ++nd) {
+      const float x0 = o[nd][2 * r] * inv, x1 = o[nd][2 * r + 1] * inv;
+      *reinterpret_cast<float2*>(out + at + nd * 8) = make_float2(x0, x1);
+      *reinterpret_cast<__nv_bfloat162*>(out16 + at + nd * 8) = __floats2bfloat162_rn(x0, x1);
+    }
+    if (t == 0) lse[std::size_t(blockIdx.y) * T + qi] = m[r] + log2f(sum);
+  }
+}
+
 // grid (T tiles, B*NH); scale2 = log2(e) / sqrt(HS): scores in base-2 units.
 template <int HS>
 __global__ void __launch_bounds__(kThreads)
@@ -269,21 +292,7 @@ __global__ void __launch_bounds__(kThreads)
     times_tile<HS>(o, s, vs);
     __syncthreads(); // every warp is done with this stage before it is refilled
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int qi = row0 + g + 8 * r;
-    const float sum = quad_sum(l[r]);
-    if (qi >= T) continue;
-    const float inv = 1.0f / sum;
-    const std::size_t at = (std::size_t(b) * T + qi) * C + h * HS + 2 * t;
-#pragma unroll
-    for (int nd = 0; nd < HS / 8; ++nd) {
-      const float x0 = o[nd][2 * r] * inv, x1 = o[nd][2 * r + 1] * inv;
-      *reinterpret_cast<float2*>(out + at + nd * 8) = make_float2(x0, x1);
-      *reinterpret_cast<__nv_bfloat162*>(out16 + at + nd * 8) = __floats2bfloat162_rn(x0, x1);
-    }
-    if (t == 0) lse[std::size_t(blockIdx.y) * T + qi] = m[r] + log2f(sum);
-  }
+  write_rows<HS>(out, out16, lse, o, m, l, row0 + g, b, h, t, T, C);
 }
 
 // rowdot[(b*NH + h)*T + i] = sum_d dout[b, i, h*HS + d] out[b, i, h*HS + d]: a warp per row.
@@ -300,6 +309,27 @@ __global__ void rowdot_k(float* rowdot, const float* dout, const bf16* out16, in
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   const std::size_t b = row / T, i = row % T;
   if (lane == 0) rowdot[(b * NH + h) * T + i] = s;
+}
+
+// The key/value backward's end: a thread's key rows k0 and k0 + 8 of dK (times scale) and dV
+// into the packed gradient dqkv [B, T, 3C].
+template <int HS>
+__device__ __forceinline__ void write_dkv(float* dqkv, const float (&dk)[HS / 8][4],
+                                          const float (&dv)[HS / 8][4], int k0, int b, int h, int t,
+                                          int T, int C, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int kj = k0 + 8 * r;
+    if (kj >= T) continue;
+    float* dkr = dqkv + (std::size_t(b) * T + kj) * 3 * C + C + h * HS + 2 * t;
+    float* dvr = dkr + C;
+#pragma unroll
+    for (int nd = 0; nd < HS / 8; ++nd) {
+      *reinterpret_cast<float2*>(dkr + nd * 8) =
+          make_float2(dk[nd][2 * r] * scale, dk[nd][2 * r + 1] * scale);
+      *reinterpret_cast<float2*>(dvr + nd * 8) = make_float2(dv[nd][2 * r], dv[nd][2 * r + 1]);
+    }
+  }
 }
 
 // grid (T tiles, B*NH): key tile blockIdx.x against the query tiles from it to the end.
@@ -368,19 +398,7 @@ __global__ void __launch_bounds__(kThreads)
     times_tile<HS>(dk, dst, qs);
     __syncthreads(); // every warp is done with this stage (and lse_s, rd_s) before the refill
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int kj = key0 + g + 8 * r;
-    if (kj >= T) continue;
-    float* dkr = dqkv + (std::size_t(b) * T + kj) * C3 + C + h * HS + 2 * t;
-    float* dvr = dkr + C;
-#pragma unroll
-    for (int nd = 0; nd < HS / 8; ++nd) {
-      *reinterpret_cast<float2*>(dkr + nd * 8) =
-          make_float2(dk[nd][2 * r] * scale, dk[nd][2 * r + 1] * scale);
-      *reinterpret_cast<float2*>(dvr + nd * 8) = make_float2(dv[nd][2 * r], dv[nd][2 * r + 1]);
-    }
-  }
+  write_dkv<HS>(dqkv, dk, dv, key0 + g, b, h, t, T, C, scale);
 }
 
 // grid (T tiles, B*NH): query tile against the key tiles up to it.

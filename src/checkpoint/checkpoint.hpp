@@ -1,4 +1,4 @@
-// HDF5 checkpoints (DESIGN.md section 8, schema version 1): one file per checkpoint, written
+// HDF5 checkpoints (docs/design.md section 8, schema version 1): one file per checkpoint, written
 // collectively with parallel HDF5; every tensor is one dataset with its global shape, so any
 // layout (pp, dp, tp, partition) can read a checkpoint written by any other.
 #pragma once
@@ -7,10 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "comm/layout.hpp"
+#include "comm/watchdog.hpp"
 #include "config/run_config.hpp"
 #include "model/gpt_stage.hpp"
 #include "optim/adamw.hpp"
-#include "parallel/layout.hpp"
 
 namespace pt {
 
@@ -31,23 +32,25 @@ struct Shards {
   int sections() const { return older != nullptr ? 4 : 3; }
 };
 
-// Collective over layout.world(). Writes <dir>/step_%08d.h5 through a .partial file, renames it,
-// replaces <dir>/latest, then removes all but the newest checkpoint.keep checkpoints. Returns the
-// published path. Throws pt::Error(other) naming the file if it cannot be written.
-std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards shards,
-                             const std::vector<int>& partition, const TrainState& state);
+// Collective over layout.world(), its waits under the watchdog. Writes <dir>/step_%08d.h5 through a
+// .partial file, renames it, replaces <dir>/latest, then removes all but the newest checkpoint.keep
+// checkpoints. Returns the published path. Throws pt::Error(other) naming the file if it cannot be
+// written.
+std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const Watchdog& watchdog,
+                             Shards shards, const std::vector<int>& partition,
+                             const TrainState& state);
 
 // Collective. Loads this rank's slices of the checkpoint at `path` into the shards. Checks the
 // format, schema version and every dataset's shape and type before reading; every dataset's
 // checksum attribute is verified after reading. Throws pt::Error(checkpoint) naming the file and
 // the problem.
 TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const Layout& layout,
-                           Shards shards);
+                           const Watchdog& watchdog, Shards shards);
 
 // Collective. Applies checkpoint.resume: "none" -> no resume (returns false); a path -> that file,
 // exit 3 if unusable; "auto" -> <dir>/latest, else the newest step_*.h5, falling back to older
 // ones (and saying so on rank 0) when one is unusable; no checkpoint at all -> false.
-bool resume(const RunConfig& cfg, const Layout& layout, Shards shards, TrainState& state,
-            std::string& from);
+bool resume(const RunConfig& cfg, const Layout& layout, const Watchdog& watchdog, Shards shards,
+            TrainState& state, std::string& from);
 
 } // namespace pt

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "util/clock.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
@@ -417,9 +418,9 @@ void Allreducer::measure(float* buf, std::size_t n) {
     for (std::size_t k = 0; k < cand.size(); ++k) {
       std::copy(saved_.begin(), saved_.end(), buf);
       all_.barrier();
-      const double t0 = MPI_Wtime();
+      const double t0 = wall_time();
       run(cand[k], buf, n);
-      best[k] = std::min(best[k], MPI_Wtime() - t0);
+      best[k] = std::min(best[k], wall_time() - t0);
     }
   }
   opt_.watchdog->allreduce(best.data(), as_count(best.size()), MPI_DOUBLE, MPI_MAX, comm_,

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "comm/watchdog.hpp"
+#include "util/clock.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
@@ -113,14 +114,14 @@ void GradSync::worker() {
       b = queue_.front();
       queue_.pop_front();
     }
-    const double t0 = MPI_Wtime();
+    const double t0 = wall_time();
     try {
       if (!error_) reducer_->sum(reduced(b), buckets_[b].count);
     } catch (...) {
       error_ = std::current_exception(); // rethrown by finish() on the trainer's thread
     }
     std::lock_guard<std::mutex> lock(mu_);
-    busy_s_ += MPI_Wtime() - t0;
+    busy_s_ += wall_time() - t0;
     ++done_;
     cv_.notify_all();
   }
@@ -170,7 +171,7 @@ void GradSync::poll() {
 }
 
 void GradSync::finish(GradSyncStats& stats) {
-  const double t0 = MPI_Wtime();
+  const double t0 = wall_time();
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (launched_[b]) continue;
     if (!nccl_ && overlap_ == Overlap::none) {
@@ -198,7 +199,7 @@ void GradSync::finish(GradSyncStats& stats) {
     }
     be_.synchronize();
   }
-  const double waited = MPI_Wtime() - t0;
+  const double waited = wall_time() - t0;
   stats.exposed_s += waited;
   if (nccl_ || overlap_ != Overlap::thread) stats.busy_s += waited;
   stats.buckets_early += early_;

@@ -1,4 +1,4 @@
-// Pipeline point-to-point messages (DESIGN.md section 6): the activations and gradients a
+// Pipeline point-to-point messages (docs/design.md section 6): the activations and gradients a
 // pipeline rank exchanges with its neighbours, over MPI (host memory, matched by tag) or, with
 // comm.gpu_p2p = "nccl", over NCCL links (device memory, matched by each link's order,
 // docs/cuda.md). Every wait is under the hang watchdog.

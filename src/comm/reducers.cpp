@@ -5,8 +5,8 @@
 #include <thread>
 #include <utility>
 
+#include "comm/layout.hpp"
 #include "cuda/device_query.hpp"
-#include "parallel/layout.hpp"
 #include "util/errors.hpp"
 #include "util/memory_count.hpp"
 #include "util/test_hooks.hpp"

@@ -1,5 +1,5 @@
-// Waiting on MPI requests with the hang watchdog of runtime.hang_timeout_s (DESIGN.md section 3):
-// a rank that waits longer prints what it waited for (action, peer, micro-batch) and aborts the
+// Waiting on MPI requests with the hang watchdog of runtime.hang_timeout_s (docs/design.md section
+// 3): a rank that waits longer prints what it waited for (action, peer, micro-batch) and aborts the
 // job with exit code 5.
 #pragma once
 
@@ -7,7 +7,10 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
+
+#include "util/errors.hpp"
 
 namespace pt {
 
@@ -37,6 +40,16 @@ public:
   // MPI_Allgather under the watchdog: every rank's mine[0, count) into all[0, count * size).
   double allgather(const void* mine, int count, MPI_Datatype type, void* all, MPI_Comm comm,
                    const std::string& what) const;
+
+  // Text from one rank to all (the deck, a list of files): `text` is root's on return.
+  void broadcast_text(std::string& text, int root, MPI_Comm comm, const std::string& what) const;
+  // Every rank's text, concatenated in rank order, on root (empty elsewhere).
+  std::string gather_text(const std::string& mine, int root, MPI_Comm comm,
+                          const std::string& what) const;
+
+  // Collective: if any rank passes an error, the one of the lowest such rank is thrown on every
+  // rank (util/errors.hpp's agree() is this without a timeout).
+  void agree(MPI_Comm comm, const std::optional<Error>& local, const std::string& what) const;
 
   // The collectives this rank has started: allreduce, bcast and barrier above count themselves;
   // a collective started elsewhere in comm/ (a non-blocking one it waits on with wait(), or one

@@ -6,16 +6,16 @@
 #include <optional>
 #include <sstream>
 
+#include "comm/group.hpp"
+#include "comm/watchdog.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
 
 RunConfig load_deck(MPI_Comm comm, const std::string& path,
                     const std::vector<std::string>& overrides) {
-  int rank = 0;
-  int size = 1;
-  PT_MPI(MPI_Comm_rank(comm, &rank));
-  PT_MPI(MPI_Comm_size(comm, &size));
+  const int rank = rank_in(comm);
+  const int size = size_of(comm);
 
   std::string text;
   std::optional<Error> err;
@@ -33,10 +33,8 @@ RunConfig load_deck(MPI_Comm comm, const std::string& path,
   }
   agree(comm, err);
 
-  long long len = static_cast<long long>(text.size());
-  PT_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, comm));
-  text.resize(static_cast<std::size_t>(len));
-  PT_MPI(MPI_Bcast(text.data(), static_cast<int>(len), MPI_CHAR, 0, comm));
+  // no timeout is known before the deck is read: plain blocking MPI
+  Watchdog::none().broadcast_text(text, 0, comm, "the deck's text");
   // Every rank parses the same text, so every rank throws the same error, if any.
   return parse_deck(text, path, overrides, size);
 }

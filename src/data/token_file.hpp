@@ -1,4 +1,4 @@
-// Token files in llm.c's layout (DESIGN.md section 7): a header of 256 int32
+// Token files in llm.c's layout (docs/design.md section 7): a header of 256 int32
 // ([0] = 20240520 magic, [1] = 1 version, [2] = token count), then the tokens as uint16.
 #pragma once
 

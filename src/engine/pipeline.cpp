@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "util/clock.hpp"
 #include "util/test_hooks.hpp"
 
 namespace pt {
@@ -164,7 +165,7 @@ struct PipelineEngine::Step {
 };
 
 double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t, bool drain) {
-  const double t_start = MPI_Wtime();
+  const double t_start = wall_time();
   const std::vector<Action>& actions = step_list(step, drain);
   // the chunk's last weight-gradient action: its layers' gradients become final one by one
   std::vector<std::size_t> last_weight(static_cast<std::size_t>(v_), actions.size());
@@ -211,7 +212,7 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t, bool 
   for (auto& req : st.grad_sends)
     waited(st, transport_.wait(req, "completion of SEND_GRAD"), -1, -1);
   for (auto& c : chunks_) c->use_weights(nullptr);
-  t.pipeline_s = MPI_Wtime() - t_start;
+  t.pipeline_s = wall_time() - t_start;
   return st.loss_sum;
 }
 
@@ -229,9 +230,9 @@ std::pair<int, int> PipelineEngine::step_of(const Step& st, int mb) const {
 }
 
 void PipelineEngine::timed(Step& st, int op, const Action& a, const std::function<void()>& fn) {
-  const double t0 = MPI_Wtime();
+  const double t0 = wall_time();
   fn();
-  const double t1 = MPI_Wtime();
+  const double t1 = wall_time();
   st.t.compute_s += t1 - t0;
   st.t.op_s[op] += t1 - t0;
   ++st.t.op_n[op];
@@ -241,7 +242,7 @@ void PipelineEngine::timed(Step& st, int op, const Action& a, const std::functio
 void PipelineEngine::waited(Step& st, double seconds, int mb, int chunk) {
   st.t.wait_s += seconds;
   if (trace_ == nullptr) return;
-  const double now = MPI_Wtime();
+  const double now = wall_time();
   trace_->add("wait", now - seconds, now, st.step, mb, chunk);
 }
 

@@ -1,4 +1,4 @@
-// Executes one pipeline rank's action list (DESIGN.md section 6). The engine has no schedule
+// Executes one pipeline rank's action list (docs/design.md section 6). The engine has no schedule
 // logic: it posts every receive of the step first, runs the actions in order (sends are
 // non-blocking), keeps activations only between a micro-batch's F and its B (or BW), and times
 // compute and waits for the measured bubble. Messages go through a PipeTransport (comm/p2p.hpp):
@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "comm/grad_sync.hpp"
+#include "comm/layout.hpp"
 #include "comm/p2p.hpp"
 #include "comm/watchdog.hpp"
 #include "config/run_config.hpp"
 #include "data/sampler.hpp"
 #include "model/gpt_stage.hpp"
-#include "parallel/layout.hpp"
 #include "schedule/schedule.hpp"
 #include "telemetry/trace.hpp"
 

@@ -32,9 +32,7 @@ std::pair<double, double> bubble_of(Run& run, const StepTimes& times, int step) 
   double mine[4];
   for (int k = 0; k < 4; ++k) mine[k] = times.op_n[k] ? times.op_s[k] / times.op_n[k] : 0.0;
   std::vector<double> all(static_cast<std::size_t>(4 * p));
-  MPI_Request req;
-  PT_MPI(MPI_Iallgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, pp, &req));
-  run.watchdog.wait(req, what);
+  run.watchdog.allgather(mine, 4, MPI_DOUBLE, all.data(), pp, what);
   std::vector<schedule::Costs> costs;
   for (int r = 0; r < p; ++r) {
     const double* a = all.data() + 4 * r;
@@ -51,10 +49,8 @@ void stage_metrics(Run& run, const StepTimes& times, StepMetrics& sm) {
   const int p = run.layout.pp();
   double mine[2] = {times.compute_s, static_cast<double>(memory_count::peak())};
   std::vector<double> all(static_cast<std::size_t>(2 * p));
-  MPI_Request req;
-  PT_MPI(
-      MPI_Iallgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, run.layout.pp_comm(), &req));
-  run.watchdog.wait(req, "the step's per-stage metrics (pipeline group)");
+  run.watchdog.allgather(mine, 2, MPI_DOUBLE, all.data(), run.layout.pp_comm(),
+                         "the step's per-stage metrics (pipeline group)");
   for (int r = 0; r < p; ++r) {
     sm.stage_compute_s.push_back(all[static_cast<std::size_t>(2 * r)]);
     sm.stage_mem_bytes.push_back(all[static_cast<std::size_t>(2 * r + 1)]);
@@ -118,8 +114,8 @@ void report_collectives(const Run& run, const RunTotals& totals) {
 
 // The final parameters' summaries into metrics.jsonl; the tp replica check's verdict.
 void report_final_params(Run& run) {
-  const std::vector<ParamSummary> summary =
-      summarize_params(run.chunks, run.whole, run.layout.tp_comm(), run.layout.pp_comm());
+  const std::vector<ParamSummary> summary = summarize_params(
+      run.chunks, run.whole, run.watchdog, run.layout.tp_comm(), run.layout.pp_comm());
   if (run.layout.rank() != 0) return;
   if (test_hooks().check_tp_replicas) {
     std::printf("tp replica check: %d replicated gradient tensors were bitwise equal on all %d tp "
@@ -184,7 +180,7 @@ void report_end(Run& run, const RunTotals& totals) {
   report_collectives(run, totals);
   const int timed = totals.steps_done - totals.first_step - 1;
   if (run.cfg.log.op_profile && timed >= 0) {
-    print_op_profile(run.layout.world(), timed > 0 ? timed : 1, timed > 0,
+    print_op_profile(run.watchdog, run.layout.world(), timed > 0 ? timed : 1, timed > 0,
                      timed > 0 ? totals.time_sum : totals.first_dt);
   }
   report_final_params(run);

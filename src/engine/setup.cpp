@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "comm/allreduce.hpp"
+#include "comm/group.hpp"
 #include "comm/reducers.hpp"
 #include "cuda/device_query.hpp"
 #include "engine/run.hpp"
@@ -91,8 +92,7 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
   agree(layout.world(), err);
   if (layout.dp() < 2) return syncs;
   if (cc.overlap == Overlap::thread) {
-    int provided = MPI_THREAD_SINGLE;
-    PT_MPI(MPI_Query_thread(&provided));
+    const int provided = thread_level();
     if (provided < MPI_THREAD_MULTIPLE) {
       throw input_error("comm.overlap = \"thread\" needs an MPI library with "
                         "MPI_THREAD_MULTIPLE, and this one provides level " +
@@ -249,7 +249,8 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
   // deck's precision), summed. Ranks sharing a GPU each count it: MFU is then understated.
   peak_flops = cfg.device.kind == DeviceKind::cuda ? cuda::measure_gemm_flops(0.25)
                                                    : measure_sgemm_flops(0.25);
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &peak_flops, 1, MPI_DOUBLE, MPI_SUM, layout.world()));
+  watchdog.allreduce(&peak_flops, 1, MPI_DOUBLE, MPI_SUM, layout.world(),
+                     "the sum of the ranks' measured peak rates");
 }
 
 void print_run_header(const Run& run) {

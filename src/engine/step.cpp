@@ -9,6 +9,7 @@
 
 #include "engine/run.hpp"
 #include "optim/lr_schedule.hpp"
+#include "util/clock.hpp"
 #include "util/errors.hpp"
 #include "util/test_hooks.hpp"
 
@@ -18,7 +19,7 @@ namespace {
 // Every replicated tensor's gradient must be the same bytes on every tp rank (by construction:
 // replicated parameters see replicated inputs). Compares min and max over the tp group.
 void check_replicated_grads(std::vector<std::unique_ptr<GptStage>>& chunks, const Layout& layout,
-                            int step, int& checked) {
+                            const Watchdog& watchdog, int step, int& checked) {
   if (layout.tp() < 2) return;
   int count = 0;
   for (auto& c : chunks) {
@@ -27,10 +28,11 @@ void check_replicated_grads(std::vector<std::unique_ptr<GptStage>>& chunks, cons
       std::vector<float> lo(t.size);
       to_host(c->backend(), lo.data(), c->grads() + t.offset, t.size);
       std::vector<float> hi = lo;
-      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MIN,
-                           layout.tp_comm()));
-      PT_MPI(MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MAX,
-                           layout.tp_comm()));
+      const std::string what = "the tp replica check of " + t.name;
+      watchdog.allreduce(lo.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MIN, layout.tp_comm(),
+                         what);
+      watchdog.allreduce(hi.data(), static_cast<int>(t.size), MPI_FLOAT, MPI_MAX, layout.tp_comm(),
+                         what);
       if (std::memcmp(lo.data(), hi.data(), t.size * sizeof(float)) != 0) {
         fatal("step " + std::to_string(step + 1) + ": the gradient of replicated tensor " + t.name +
               " differs between tp ranks");
@@ -68,15 +70,15 @@ void sum_tied_embedding(Run& run) {
 // ZeRO-1: the tied embedding is summed over its stages first, so that both stages' shards of it
 // then hold the same sums; then every chunk's buckets are reduce-scattered over dp.
 void finish_gradients_zero(Run& run, GradSyncStats& comm) {
-  const double t0 = MPI_Wtime();
+  const double t0 = wall_time();
   for (auto& c : run.chunks) {
     c->fold_tied_head_grad();
     c->sum_sequence_parallel_grads();
   }
   sum_tied_embedding(run);
   for (std::size_t c = 0; c < run.chunks.size(); ++c) run.zero[c]->reduce(run.chunks[c]->grads());
-  comm.exposed_s += MPI_Wtime() - t0;
-  comm.busy_s += MPI_Wtime() - t0;
+  comm.exposed_s += wall_time() - t0;
+  comm.busy_s += wall_time() - t0;
 }
 
 // Gradients after the schedule: the tied head's share folded into the embedding, the
@@ -171,20 +173,20 @@ int poll_stop_signal() {
 StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, int* stop_seen) {
   const TrainConfig& t = run.cfg.train;
   StepResult r;
-  const double t0 = MPI_Wtime();
+  const double t0 = wall_time();
   for (auto& c : run.chunks) c->zero_grads();
   const double loss = run.engine->run(step, sampler, r.times, drain);
-  const double t_reduce = MPI_Wtime();
+  const double t_reduce = wall_time();
   finish_gradients(run, r.comm);
-  run.trace.add("gradient reductions", t_reduce, MPI_Wtime(), step);
-  const double t_update = MPI_Wtime();
+  run.trace.add("gradient reductions", t_reduce, wall_time(), step);
+  const double t_update = wall_time();
   if (stop_seen != nullptr && *stop_seen == 0) *stop_seen = poll_stop_signal();
   const Agreement agreed = agree_after_schedule(run, loss, stop_seen != nullptr ? *stop_seen : 0);
   r.loss = agreed.loss;
   r.grad_norm = agreed.grad_norm;
   r.stop = agreed.stop;
   if (test_hooks().check_tp_replicas) {
-    check_replicated_grads(run.chunks, run.layout, step, run.replicas_checked);
+    check_replicated_grads(run.chunks, run.layout, run.watchdog, step, run.replicas_checked);
   }
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     throw Error(ExitCode::non_finite,
@@ -214,8 +216,8 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, in
       run.opts[c]->step(run.chunks[c]->params(), run.chunks[c]->grads(), r.lr, grad_scale);
     }
   }
-  run.trace.add("optimizer", t_update, MPI_Wtime(), step); // loss, norm, clipping, AdamW
-  r.seconds = MPI_Wtime() - t0;
+  run.trace.add("optimizer", t_update, wall_time(), step); // loss, norm, clipping, AdamW
+  r.seconds = wall_time() - t0;
   return r;
 }
 

@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "engine/run.hpp"
 #include "profile.hpp"
+#include "util/clock.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
@@ -34,19 +35,20 @@ struct Checkpoints {
 
   // Steps done before this run (checkpoint.resume), printed when resumed.
   int resume() {
-    const double t0 = MPI_Wtime();
+    const double t0 = wall_time();
     std::string from;
     const CheckpointConfig& ck = run.cfg.checkpoint;
     const bool may_read = ck.enabled && ck.resume != "none";
     std::vector<std::unique_ptr<AdamW>> whole;
     if (!run.zero.empty() && may_read) whole = whole_state();
-    const bool resumed = pt::resume(
-        run.cfg, run.layout, run.zero.empty() ? shards : Shards{run.chunks, whole}, state, from);
+    const bool resumed =
+        pt::resume(run.cfg, run.layout, run.watchdog,
+                   run.zero.empty() ? shards : Shards{run.chunks, whole}, state, from);
     for (std::size_t c = 0; resumed && c < run.zero.size(); ++c)
       run.zero[c]->scatter_state(*whole[c]);
     if (resumed && run.layout.rank() == 0) {
       std::printf("resumed from %s (read in %.2f s): %d of %d steps done\n", from.c_str(),
-                  MPI_Wtime() - t0, state.step, run.cfg.train.steps);
+                  wall_time() - t0, state.step, run.cfg.train.steps);
       std::fflush(stdout);
     }
     run.newest = state.step; // 2bw: params() holds W(step), the older buffer W(step - 1)
@@ -58,15 +60,15 @@ struct Checkpoints {
     state.tokens_seen =
         static_cast<long long>(steps_done) * run.cfg.train.global_batch * run.cfg.model.seq_len;
     state.lr = lr;
-    const double t0 = MPI_Wtime();
+    const double t0 = wall_time();
     std::vector<std::unique_ptr<AdamW>> whole =
         run.zero.empty() ? decltype(whole)() : whole_state();
     for (std::size_t c = 0; c < run.zero.size(); ++c) run.zero[c]->gather_state(*whole[c]);
-    const std::string path =
-        write_checkpoint(run.cfg, run.layout, run.zero.empty() ? shards : Shards{run.chunks, whole},
-                         run.plan.layers, state);
+    const std::string path = write_checkpoint(run.cfg, run.layout, run.watchdog,
+                                              run.zero.empty() ? shards : Shards{run.chunks, whole},
+                                              run.plan.layers, state);
     if (run.layout.rank() == 0) {
-      std::printf("checkpoint %s written in %.2f s\n", path.c_str(), MPI_Wtime() - t0);
+      std::printf("checkpoint %s written in %.2f s\n", path.c_str(), wall_time() - t0);
       std::fflush(stdout);
     }
   }
@@ -178,7 +180,7 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   }
   report_end(run, totals);
   if (cfg.log.trace)
-    run.trace.write(cfg.log.dir + "/trace.json", layout.world(), layout.coords().pp);
+    run.trace.write(cfg.log.dir + "/trace.json", run.watchdog, layout.world(), layout.coords().pp);
   result.steps_done = totals.steps_done;
   result.final_loss = totals.final_loss;
   const int timed = totals.steps_done - totals.first_step - 1;

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/layout.hpp"
 #include "config/run_config.hpp"
-#include "parallel/layout.hpp"
 #include "plan/plan.hpp"
 
 namespace pt {

@@ -1,4 +1,4 @@
-// The part of the GPT (DESIGN.md section 5) that one pipeline stage holds, with its parameters
+// The part of the GPT (docs/design.md section 5) that one pipeline stage holds, with its parameters
 // and gradients in one flat buffer each, and forward / backward-input / backward-weight per block
 // so that zero-bubble schedules can run the two halves of the backward at different times.
 //
@@ -105,7 +105,7 @@ struct TpGroup {
 class GptStage {
 public:
   // With tp.size > 1 the stage holds its tp rank's shard (docs/tensor-parallel.md): heads
-  // NH/tp, MLP width 4C/tp, vocabulary V/tp; all-reduces in tp.comm run inside forward and
+  // NH/tp, MLP width 4C/tp, vocabulary V/tp; all-reduces in tp.reduce run inside forward and
   // backward-input. Every buffer lives in `backend`'s memory and every op runs there; each public
   // call has finished its work when it returns, so the host (MPI, checkpoints) may then touch
   // the buffers.
@@ -131,7 +131,7 @@ public:
   float* grads() { return grads_.data(); }
   std::size_t num_params() const { return layout_.total(); }
 
-  // Fills the parameters per DESIGN.md section 5 from (seed, tensor name, index): the same
+  // Fills the parameters per docs/design.md section 5 from (seed, tensor name, index): the same
   // values whatever the layout.
   void init_parameters(std::uint64_t seed);
   void zero_grads();

@@ -1,5 +1,5 @@
 // Where each named parameter tensor lives in a rank's flat buffer. Names are the checkpoint
-// paths of DESIGN.md section 8 without the "/model/" prefix ("wte", "h/003/attn/qkv/weight").
+// paths of docs/design.md section 8 without the "/model/" prefix ("wte", "h/003/attn/qkv/weight").
 // The same layout indexes parameters, gradients and both AdamW moments.
 #pragma once
 

@@ -1,6 +1,6 @@
-// Partition of the model's blocks into virtual stages (DESIGN.md section 4, parallel.partition).
-// Blocks: the embedding (on stage 0), the transformer layers, the final norm + head + loss (on
-// the last stage). Each stage gets at least one layer.
+// Partition of the model's blocks into virtual stages (docs/design.md section 4,
+// parallel.partition). Blocks: the embedding (on stage 0), the transformer layers, the final norm +
+// head + loss (on the last stage). Each stage gets at least one layer.
 #pragma once
 
 #include <string>

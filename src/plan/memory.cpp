@@ -15,11 +15,11 @@
 #include <tuple>
 
 #include "comm/grad_sync.hpp"
+#include "comm/layout.hpp"
 #include "comm/reducers.hpp"
 #include "comm/topology.hpp"
 #include "cuda/device_query.hpp"
 #include "model/partition.hpp"
-#include "parallel/layout.hpp"
 #include "plan/plan.hpp"
 #include "util/errors.hpp"
 

@@ -1,5 +1,5 @@
-// The memory model (DESIGN.md section 6a, docs/memory.md): what each rank will allocate, predicted
-// from the deck and the plan before anything is allocated, component by component, as the
+// The memory model (docs/design.md section 6a, docs/memory.md): what each rank will allocate,
+// predicted from the deck and the plan before anything is allocated, component by component, as the
 // stages, the optimizer, the pipeline engine and the dp reduction allocate it; and the fit check
 // against the memory each rank has.
 #pragma once

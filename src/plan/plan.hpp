@@ -1,13 +1,13 @@
-// What every rank derives from the deck before training (DESIGN.md section 10's plan/): the
+// What every rank derives from the deck before training (docs/design.md section 10's plan/): the
 // partition, the schedule and its validation, the memory model's estimate; and the printout.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "comm/layout.hpp"
 #include "config/run_config.hpp"
 #include "model/partition.hpp"
-#include "parallel/layout.hpp"
 #include "plan/memory.hpp"
 #include "schedule/schedule.hpp"
 #include "schedule/validate.hpp"

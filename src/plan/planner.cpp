@@ -134,6 +134,48 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
+// Candidate c as a run of the deck: its memory per rank and predicted time, filled in. False
+// when the deck refuses the layout, no schedule fits it, or tp spans nodes.
+bool evaluate(const std::string& deck_text, const std::string& deck_path,
+              const std::vector<std::string>& overrides,
+              const std::map<std::string, std::string>& fixed, int ranks, const Machine& mc,
+              const ModelConfig& m, Candidate& c) {
+  std::vector<std::string> o = overrides;
+  for (const std::string& x : c.overrides()) {
+    if (!fixed.count(x.substr(0, x.find('=')))) o.push_back(x);
+  }
+  RunConfig cfg;
+  try {
+    cfg = parse_deck(deck_text, deck_path, o, ranks);
+  } catch (const Error&) {
+    return false; // not a valid layout of this model and batch
+  }
+  c.pp = cfg.parallel.pp, c.dp = cfg.parallel.dp, c.tp = cfg.parallel.tp;
+  if (c.tp > mc.ranks_per_node) return false;
+  Plan plan;
+  // partition = "time" profiles on the real machine; here its FLOPs stand in
+  plan.costs = cfg.parallel.partition == PartitionKind::time
+                   ? BlockCosts{0.0, 24.0 * m.d_model + 4.0 * m.seq_len, 2.0 * m.vocab_size}
+                   : parameter_costs(m);
+  plan.layers = partition_layers(cfg.parallel, m.n_layer,
+                                 cfg.parallel.pp * cfg.parallel.virtual_stages, plan.costs);
+  try {
+    plan.schedule =
+        schedule::make_schedule(cfg.parallel.schedule, cfg.parallel.pp, cfg.parallel.micro_batches,
+                                cfg.parallel.virtual_stages);
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+  const int dp_node = std::max(1, std::min(c.dp, mc.ranks_per_node / c.tp));
+  for (int r = 0; r < c.pp; ++r) {
+    c.mem_bytes_per_rank =
+        std::max(c.mem_bytes_per_rank, predict_memory(cfg, plan, r, dp_node).total());
+  }
+  c.fits = c.mem_bytes_per_rank <= 0.9 * mc.memory_bytes;
+  predict_time(cfg, plan, mc, c);
+  return true;
+}
+
 } // namespace
 
 std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::string& deck_path,
@@ -170,8 +212,11 @@ std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::str
   for (int tp : pick_int("parallel.tp", divisors(ranks))) {
     for (int pp : pick_int("parallel.pp", divisors(std::max(1, ranks / tp)))) {
       const int dp = std::max(1, ranks / (tp * pp));
-      for (const std::string& sched :
-           pick("parallel.schedule", {"1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"})) {
+      // one pipeline stage: every schedule is the same work, 1F1B stands for them
+      const std::vector<std::string> schedules =
+          pp > 1 ? std::vector<std::string>{"1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}
+                 : std::vector<std::string>{"1f1b"};
+      for (const std::string& sched : pick("parallel.schedule", schedules)) {
         for (const std::string& mb : pick("train.micro_batch", {"1", "2", "4", "8"})) {
           for (const std::string& rc : pick("train.recompute", {"none", "selective", "full"})) {
             for (int zero :
@@ -183,42 +228,9 @@ std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::str
                 c.pp = pp, c.dp = dp, c.tp = tp, c.schedule = sched, c.recompute = rc;
                 c.micro_batch = std::stoi(mb), c.zero = zero, c.sp = sp == 1;
                 c.v = sched == "interleaved" || sched == "zb-v" || sched == "dualpipev" ? 2 : 1;
-                std::vector<std::string> o = overrides;
-                for (const std::string& x : c.overrides()) {
-                  if (!fixed.count(x.substr(0, x.find('=')))) o.push_back(x);
+                if (evaluate(deck_text, deck_path, overrides, fixed, ranks, mc, m, c)) {
+                  out.push_back(c);
                 }
-                RunConfig cfg;
-                try {
-                  cfg = parse_deck(deck_text, deck_path, o, ranks);
-                } catch (const Error&) {
-                  continue; // not a valid layout of this model and batch
-                }
-                c.pp = cfg.parallel.pp, c.dp = cfg.parallel.dp, c.tp = cfg.parallel.tp;
-                if (c.tp > mc.ranks_per_node) continue;
-                Plan plan;
-                // partition = "time" profiles on the real machine; here its FLOPs stand in
-                plan.costs =
-                    cfg.parallel.partition == PartitionKind::time
-                        ? BlockCosts{0.0, 24.0 * m.d_model + 4.0 * m.seq_len, 2.0 * m.vocab_size}
-                        : parameter_costs(m);
-                plan.layers =
-                    partition_layers(cfg.parallel, m.n_layer,
-                                     cfg.parallel.pp * cfg.parallel.virtual_stages, plan.costs);
-                try {
-                  plan.schedule = schedule::make_schedule(cfg.parallel.schedule, cfg.parallel.pp,
-                                                          cfg.parallel.micro_batches,
-                                                          cfg.parallel.virtual_stages);
-                } catch (const std::invalid_argument&) {
-                  continue;
-                }
-                const int dp_node = std::max(1, std::min(c.dp, mc.ranks_per_node / c.tp));
-                for (int r = 0; r < c.pp; ++r) {
-                  c.mem_bytes_per_rank =
-                      std::max(c.mem_bytes_per_rank, predict_memory(cfg, plan, r, dp_node).total());
-                }
-                c.fits = c.mem_bytes_per_rank <= 0.9 * mc.memory_bytes;
-                predict_time(cfg, plan, mc, c);
-                out.push_back(c);
               }
             }
           }

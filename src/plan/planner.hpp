@@ -1,4 +1,4 @@
-// `pipetrain plan` (DESIGN.md section 10): every layout of the deck's model on N ranks, its
+// `pipetrain plan` (docs/design.md section 10): every layout of the deck's model on N ranks, its
 // predicted memory per rank (the memory model) and step time (a compute and network model fed to
 // the schedule simulator), best first. One process, no device, nothing big allocated.
 #pragma once

@@ -1,7 +1,7 @@
-// Schedule generators. Sources for each schedule's shape: notes/schedules.md (GPipe,
+// Schedule generators. Sources for each schedule's shape (docs/pipeline.md cites them): GPipe,
 // arXiv 1811.06965; 1F1B / PipeDream-Flush, arXiv 2006.09503; interleaved 1F1B, arXiv 2104.04473
-// and Megatron-LM's schedules.py; ZB-H1, arXiv 2401.10241); notes/wave2.md section 1 for ZB-V
-// (PyTorch's ScheduleZBVZeroBubble) and DualPipeV (deepseek-ai/DualPipe).
+// and Megatron-LM's schedules.py; ZB-H1 and ZB-V, arXiv 2401.10241 and PyTorch's
+// ScheduleZBVZeroBubble; DualPipeV, deepseek-ai/DualPipe.
 #include <algorithm>
 #include <deque>
 #include <stdexcept>
@@ -199,7 +199,7 @@ Schedule v_empty(const std::string& name, int p, int m) {
 
 } // namespace
 
-// ZB-V (notes/wave2.md section 1, after PyTorch's ScheduleZBVZeroBubble): chunk 0 = stage r,
+// ZB-V (arXiv 2401.10241, after PyTorch's ScheduleZBVZeroBubble): chunk 0 = stage r,
 // chunk 1 = stage 2p-1-r. Written for max(2p-1, m) micro-batches, then the actions of micro-batches
 // >= m are dropped (whole micro-batches, so the order stays valid for any m >= 1).
 Schedule zb_v(int p, int m) {
@@ -245,7 +245,7 @@ Schedule zb_v(int p, int m) {
   return s;
 }
 
-// DualPipeV (notes/wave2.md section 1, after deepseek-ai/DualPipe's dualpipev.py): eight phases
+// DualPipeV (after deepseek-ai/DualPipe's dualpipev.py): eight phases
 // per rank; "F & B" pairs (a forward of one chunk with a whole backward of the other) run one
 // after the other; deferred weight halves leave in FIFO order.
 Schedule dualpipev(int p, int m) {

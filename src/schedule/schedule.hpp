@@ -1,4 +1,4 @@
-// Pipeline schedules as data (DESIGN.md section 6): for each pipeline rank an ordered list of
+// Pipeline schedules as data (docs/design.md section 6): for each pipeline rank an ordered list of
 // actions. No MPI and no kernels here: schedules can be generated, validated and simulated alone.
 //
 // p = pipeline ranks, m = micro-batches per step, v = chunks (virtual stages) per rank,
@@ -97,7 +97,7 @@ Schedule zb_v(int p, int m);
 Schedule dualpipev(int p, int m);
 void add_communication(Schedule& s);
 
-// PipeDream-2BW (DESIGN.md section 6, notes/wave2.md section 2): 1F1B with no flush between
+// PipeDream-2BW (docs/design.md section 6; arXiv 2006.09503 section 3): 1F1B with no flush between
 // optimizer steps. two_bw_step is one rank list per rank for one step, which the engine runs:
 // micro-batch j of this step has id parity*m + j, of the next step (1-parity)*m + j (so m is 2x
 // the step's micro-batches). Its forwards reach p-r-1 micro-batches into the next step, whose

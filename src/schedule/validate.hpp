@@ -1,4 +1,4 @@
-// Validator and simulator of schedules (DESIGN.md section 6).
+// Validator and simulator of schedules (docs/design.md section 6).
 //
 // Execution model, the one the engine implements: every receive is posted before the step, a
 // SEND never blocks (MPI_Isend), a RECV waits until the peer has issued the matching SEND.

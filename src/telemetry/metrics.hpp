@@ -1,4 +1,4 @@
-// Per-step metrics (DESIGN.md section 9): one line on rank 0's stdout and one JSON object per
+// Per-step metrics (docs/design.md section 9): one line on rank 0's stdout and one JSON object per
 // line in <log.dir>/metrics.jsonl.
 #pragma once
 

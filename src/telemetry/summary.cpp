@@ -5,13 +5,15 @@
 #include <map>
 #include <string>
 
+#include "comm/group.hpp"
 #include "profile.hpp"
 #include "util/errors.hpp"
 #include "util/hash.hpp"
 
 namespace pt {
 
-void print_op_profile(MPI_Comm world, int steps, bool after_first, double steps_s) {
+void print_op_profile(const Watchdog& watchdog, MPI_Comm world, int steps, bool after_first,
+                      double steps_s) {
   std::vector<OpTime> ops = op_times();
   std::vector<double> sec(ops.size() + 1), calls(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -19,14 +21,12 @@ void print_op_profile(MPI_Comm world, int steps, bool after_first, double steps_
     calls[i] = static_cast<double>(ops[i].calls);
   }
   sec.back() = steps_s;
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sec.data(), static_cast<int>(sec.size()), MPI_DOUBLE, MPI_SUM,
-                       world));
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, calls.data(), static_cast<int>(calls.size()), MPI_DOUBLE,
-                       MPI_SUM, world));
-  int rank = 0, size = 1;
-  PT_MPI(MPI_Comm_rank(world, &rank));
-  PT_MPI(MPI_Comm_size(world, &size));
-  if (rank != 0) return;
+  const std::string what = "the op profile's sums";
+  watchdog.allreduce(sec.data(), static_cast<int>(sec.size()), MPI_DOUBLE, MPI_SUM, world, what);
+  watchdog.allreduce(calls.data(), static_cast<int>(calls.size()), MPI_DOUBLE, MPI_SUM, world,
+                     what);
+  const int size = size_of(world);
+  if (rank_in(world) != 0) return;
   double all = 0.0;
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -50,7 +50,8 @@ void print_op_profile(MPI_Comm world, int steps, bool after_first, double steps_
 }
 
 std::vector<ParamSummary> summarize_params(const std::vector<std::unique_ptr<GptStage>>& chunks,
-                                           const ParamLayout& whole, MPI_Comm tp, MPI_Comm pp) {
+                                           const ParamLayout& whole, const Watchdog& watchdog,
+                                           MPI_Comm tp, MPI_Comm pp) {
   const std::size_t G = whole.tensors().size();
   std::map<std::string, std::size_t> index;
   for (std::size_t g = 0; g < G; ++g) index[whole.tensors()[g].name] = g;
@@ -76,11 +77,11 @@ std::vector<ParamSummary> summarize_params(const std::vector<std::unique_ptr<Gpt
       sums[2 * g + 1] = proj;
     }
   }
+  const std::string what = "the final parameters' summaries";
   for (MPI_Comm comm : {tp, pp}) {
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(2 * G), MPI_DOUBLE, MPI_SUM,
-                         comm));
-    PT_MPI(MPI_Allreduce(MPI_IN_PLACE, digests.data(), static_cast<int>(G), MPI_UNSIGNED_LONG_LONG,
-                         MPI_SUM, comm));
+    watchdog.allreduce(sums.data(), static_cast<int>(2 * G), MPI_DOUBLE, MPI_SUM, comm, what);
+    watchdog.allreduce(digests.data(), static_cast<int>(G), MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm,
+                       what);
   }
   std::vector<ParamSummary> out;
   for (std::size_t g = 0; g < G; ++g) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/watchdog.hpp"
 #include "model/gpt_stage.hpp"
 #include "model/param_layout.hpp"
 #include "telemetry/metrics.hpp"
@@ -15,7 +16,8 @@ namespace pt {
 
 // Each op's calls and time, summed over the ranks of world, largest first, against the ranks'
 // summed step time `steps_s`; printed on world's rank 0. Collective.
-void print_op_profile(MPI_Comm world, int steps, bool after_first, double steps_s);
+void print_op_profile(const Watchdog& watchdog, MPI_Comm world, int steps, bool after_first,
+                      double steps_s);
 
 // Per tensor of `whole`, in model order: an FNV-1a digest of the exact bytes (layouts that must
 // be bit-identical compare these; 0 for tp shards), the sum of squares, and a random projection
@@ -23,6 +25,7 @@ void print_op_profile(MPI_Comm world, int steps, bool after_first, double steps_
 // element is counted once (GptStage::counts_in_norm) and the parts are added over tp and pp.
 // Collective over tp and pp; the result on every rank.
 std::vector<ParamSummary> summarize_params(const std::vector<std::unique_ptr<GptStage>>& chunks,
-                                           const ParamLayout& whole, MPI_Comm tp, MPI_Comm pp);
+                                           const ParamLayout& whole, const Watchdog& watchdog,
+                                           MPI_Comm tp, MPI_Comm pp);
 
 } // namespace pt

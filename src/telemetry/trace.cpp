@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <sstream>
 
+#include "comm/group.hpp"
+#include "util/clock.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
 
 void Trace::start_step(int step) {
-  if (on(step) && t0_ < 0.0) t0_ = MPI_Wtime();
+  if (on(step) && t0_ < 0.0) t0_ = wall_time();
 }
 
 void Trace::add(const std::string& name, double t0, double t1, int step, int mb, int chunk) {
@@ -35,10 +37,9 @@ void name_track(std::ostringstream& os, const char* what, int pid, int tid, cons
 
 } // namespace
 
-void Trace::write(const std::string& path, MPI_Comm world, int pp_rank) const {
-  int rank = 0, size = 1;
-  PT_MPI(MPI_Comm_rank(world, &rank));
-  PT_MPI(MPI_Comm_size(world, &size));
+void Trace::write(const std::string& path, const Watchdog& watchdog, MPI_Comm world,
+                  int pp_rank) const {
+  const int rank = rank_in(world);
   std::ostringstream mine;
   mine.precision(3);
   mine << std::fixed;
@@ -47,21 +48,7 @@ void Trace::write(const std::string& path, MPI_Comm world, int pp_rank) const {
   for (const TraceEvent& e : events_) {
     event(mine, e.name, 0, rank, e.start, e.end, e.step, e.mb, e.chunk);
   }
-  const std::string text = mine.str();
-  int n = static_cast<int>(text.size());
-  std::vector<int> sizes(static_cast<std::size_t>(size)), offsets(sizes.size(), 0);
-  PT_MPI(MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, world));
-  std::string all;
-  if (rank == 0) {
-    int total = 0;
-    for (std::size_t r = 0; r < sizes.size(); ++r) {
-      offsets[r] = total;
-      total += sizes[r];
-    }
-    all.resize(static_cast<std::size_t>(total));
-  }
-  PT_MPI(MPI_Gatherv(text.data(), n, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR,
-                     0, world));
+  const std::string all = watchdog.gather_text(mine.str(), 0, world, "the trace's gather");
   if (rank != 0) return;
   std::ostringstream os;
   os.precision(3);

@@ -1,5 +1,5 @@
-// log.trace (DESIGN.md section 9): every rank's actions, waits, reductions and optimizer step over
-// a range of steps, with micro-batch and chunk, as a Chrome trace (<log.dir>/trace.json, which
+// log.trace (docs/design.md section 9): every rank's actions, waits, reductions and optimizer step
+// over a range of steps, with micro-batch and chunk, as a Chrome trace (<log.dir>/trace.json, which
 // Perfetto and chrome://tracing open; tools/timeline draws it). Beside the measured events, the
 // simulator's prediction of the first traced step from that step's measured action costs.
 #pragma once
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/watchdog.hpp"
 #include "schedule/validate.hpp"
 
 namespace pt {
@@ -31,7 +32,7 @@ public:
   // The prediction of the first traced step (the simulator's spans, per pipeline rank).
   void set_prediction(const std::vector<schedule::Span>& spans) { predicted_ = spans; }
   // Collective over world: gathers every rank's events; world rank 0 writes `path`.
-  void write(const std::string& path, MPI_Comm world, int pp_rank) const;
+  void write(const std::string& path, const Watchdog& watchdog, MPI_Comm world, int pp_rank) const;
   int first() const { return first_; }
 
 private:

@@ -1,4 +1,4 @@
-// Error model of pipetrain (DESIGN.md section 3).
+// Error model of pipetrain (docs/design.md section 3).
 // Collective errors: every rank reaches the same throw (same deck text, or after agree()), rank 0
 // prints one message, every rank exits with the code. One-rank failures of a library call go
 // through check_mpi()/fatal(), which print the rank's message and abort the job.

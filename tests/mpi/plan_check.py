@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plan_check.py PIPETRAIN ROOT: `pipetrain plan` on one process (DESIGN.md section 10).
+"""plan_check.py PIPETRAIN ROOT: `pipetrain plan` on one process (docs/design.md section 10).
 - gpt2-350m on 64 A100s (8 per node): --json parses, every row has the documented keys, fitting
   rows come first and are sorted by predicted step time, the best fits 80 GiB per rank, and the
   table form prints the best row's overrides;

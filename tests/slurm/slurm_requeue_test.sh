@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # slurm_requeue_test.sh PIPETRAIN TOKENS WORKDIR
-# Starts a real one-node Slurm (slurmctld + slurmd + munge, notes/slurm-local.md) in WORKDIR and
+# Starts a real one-node Slurm (slurmctld + slurmd + munge; docs/running.md) in WORKDIR and
 # submits jobscripts/slurm/cpu.sbatch with a 1-minute time limit and --signal=USR1@20, on a run
 # longer than that. Passes when the job was signalled, checkpointed, requeued itself, resumed,
 # completed, and its final loss equals an uninterrupted run's. Exit 77 (skipped) when Slurm or

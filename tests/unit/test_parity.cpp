@@ -210,7 +210,7 @@ TEST_P(Parity, TenAdamWSteps) {
   EXPECT_EQ(opt.updates(), c_.train.steps);
 }
 
-// PipeDream-2BW's rule (DESIGN.md section 6) against PyTorch's delayed update: step t computes
+// PipeDream-2BW's rule (docs/design.md section 6) against PyTorch's delayed update: step t computes
 // its loss and gradient with W(max(t-1, 0)) (GptStage::use_weights, as the 2bw engine does) and
 // AdamW turns W(t) into W(t+1), the pre-update weights kept as the next step's older version.
 TEST_P(Parity, TenTwoBwSteps) {

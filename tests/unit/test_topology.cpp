@@ -11,9 +11,9 @@
 
 #include "comm/allreduce.hpp"
 #include "comm/grad_sync.hpp"
+#include "comm/layout.hpp"
 #include "comm/topology.hpp"
 #include "model/param_layout.hpp"
-#include "parallel/layout.hpp"
 #include "util/errors.hpp"
 
 namespace {

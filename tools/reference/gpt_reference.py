@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""PyTorch reference of pipetrain's GPT (DESIGN.md section 5) and the parity fixture writer.
+"""PyTorch reference of pipetrain's GPT (docs/design.md section 5) and the parity fixture writer.
 
 Writes tests/data/gpt_parity.h5, which tests/unit/test_parity.cpp checks pipetrain against:
 for a tied and an untied model, the float32 weights, one batch, its logits, mean loss and
 every parameter gradient, and ten AdamW steps (batches, learning rates, grad norms, losses)
 with warmup + cosine LR, global grad-norm clipping and decoupled weight decay; and the same ten
-steps under PipeDream-2BW's delayed update (DESIGN.md section 6): step t's gradient is taken at
+steps under PipeDream-2BW's delayed update (docs/design.md section 6): step t's gradient is taken at
 W(max(t-1, 0)) and applied to W(t).
 
 The reference computes in float64 from the float32 weights, so the fixture holds the exact
@@ -55,7 +55,7 @@ def shape_of(name, cfg):
 
 
 def init_params(cfg, tied, gen):
-    """DESIGN.md init, with biases and norm parameters perturbed so that every parameter
+    """The init of docs/design.md section 5, with biases and norm parameters perturbed so that every parameter
     changes the output (an ignored bias would then show in the logits)."""
     params = {}
     resid_std = 0.02 / math.sqrt(2 * cfg["n_layer"])

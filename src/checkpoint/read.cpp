@@ -1,3 +1,5 @@
+// Reading a checkpoint: the header, the saved deck against this run's, every dataset's shape,
+// this rank's slices, the checksums; and checkpoint.resume's choice of file.
 #include "checkpoint/checkpoint.hpp"
 
 #include <hdf5.h>
@@ -19,6 +21,7 @@
 
 #include <toml++/toml.h>
 
+#include "checkpoint/datasets.hpp"
 #include "checkpoint/hdf5_io.hpp"
 #include "util/errors.hpp"
 #include "util/hash.hpp"
@@ -27,123 +30,8 @@
 namespace pt {
 namespace {
 
+using namespace ckpt;
 namespace fs = std::filesystem;
-
-const char* const kSections[] = {"model", "optim/m", "optim/v", "model_prev"};
-
-std::string step_file(int step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step_%08d.h5", step);
-  return buf;
-}
-
-// The whole model's tensors, in the order the file lists them.
-ParamLayout whole_layout(const ModelConfig& m) {
-  return ParamLayout(m, StageSpec{true, true, 0, m.n_layer});
-}
-
-// This rank's copies of a tensor (a rank may hold none, or two with tied wte on two chunks).
-struct Local {
-  GptStage* stage;
-  AdamW* opt;
-  const ParamTensor* t;
-  float* older; // 2bw's older weights of the chunk, or null
-  float* base(int section) const {
-    switch (section) {
-    case 0:
-      return stage->params();
-    case 1:
-      return opt->m();
-    case 2:
-      return opt->v();
-    default:
-      return older;
-    }
-  }
-};
-
-std::vector<Local> locals(Shards& s, const std::string& name) {
-  std::vector<Local> out;
-  for (std::size_t c = 0; c < s.chunks.size(); ++c) {
-    if (s.chunks[c]->layout().has(name)) {
-      out.push_back({s.chunks[c].get(), s.opts[c].get(), &s.chunks[c]->layout().at(name),
-                     s.older != nullptr ? (*s.older)[c].data() : nullptr});
-    }
-  }
-  return out;
-}
-
-std::vector<hsize_t> dims_of(const ParamTensor& t) {
-  return std::vector<hsize_t>(t.global_shape.begin(), t.global_shape.end());
-}
-
-// Selects this rank's tensor-parallel shard of the global dataspace (see ParamTensor).
-void select_shard(hid_t space, const ParamTensor& t, int tp_rank, int tp) {
-  const std::vector<hsize_t> g = dims_of(t);
-  hsize_t start[2] = {0, 0}, stride[2] = {1, 1}, count[2] = {1, 1}, block[2] = {1, 1};
-  for (std::size_t d = 0; d < g.size(); ++d) block[d] = g[d];
-  if (t.shard_dim == 0) {
-    const hsize_t part = g[0] / static_cast<hsize_t>(t.parts);
-    const hsize_t mine = part / static_cast<hsize_t>(tp);
-    start[0] = static_cast<hsize_t>(tp_rank) * mine;
-    stride[0] = part;
-    count[0] = static_cast<hsize_t>(t.parts);
-    block[0] = mine;
-  } else if (t.shard_dim == 1) {
-    const hsize_t mine = g[1] / static_cast<hsize_t>(tp);
-    start[1] = static_cast<hsize_t>(tp_rank) * mine;
-    block[1] = mine;
-  }
-  H5Sselect_hyperslab(space, H5S_SELECT_SET, start, stride, count, block);
-}
-
-// Checkpoints in dir, newest step first (published files only, never .partial).
-std::vector<std::string> list_checkpoints(const fs::path& dir) {
-  std::vector<std::pair<int, std::string>> found;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    int step = 0;
-    char tail[8] = {0};
-    if (std::sscanf(n.c_str(), "step_%d.h%2s", &step, tail) == 2 && n.size() == 16 &&
-        n.compare(n.size() - 3, 3, ".h5") == 0) {
-      found.push_back({step, e.path().string()});
-    }
-  }
-  std::sort(found.rbegin(), found.rend());
-  std::vector<std::string> out;
-  for (auto& f : found) out.push_back(f.second);
-  return out;
-}
-
-// A checksum that slices can compute separately: the sum (mod 2^64) over elements of a mixed
-// term of (index in the whole tensor, float bits). Any single changed element changes it; ranks
-// add their slices' sums. Cheap enough (a multiply and a shift per element) not to dominate I/O.
-std::uint64_t slice_checksum(const ParamLayout& lay, const ParamTensor& t, const float* x) {
-  std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < t.size; ++i) {
-    const std::uint64_t g = t.shard_dim < 0 ? i : lay.global_index(t, i);
-    std::uint32_t bits;
-    std::memcpy(&bits, x + i, sizeof bits);
-    // for a fixed position the term is a bijection of the bits: a changed element changes it
-    std::uint64_t term = (bits + g * 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
-    sum += term ^ (term >> 29);
-  }
-  return sum;
-}
-
-// Which data-parallel replica writes (and verifies) each tensor: greedy by size, so the replicas
-// share the bytes evenly. The same answer on every rank.
-std::vector<int> dp_turns(const ParamLayout& whole, int dp) {
-  std::vector<std::size_t> load(static_cast<std::size_t>(dp), 0);
-  std::vector<int> turn;
-  for (const ParamTensor& t : whole.tensors()) {
-    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-    turn.push_back(static_cast<int>(least));
-    load[static_cast<std::size_t>(least)] += t.size;
-  }
-  return turn;
-}
 
 Error ckpt_error(const std::string& path, const std::string& what) {
   return Error(ExitCode::checkpoint, "checkpoint '" + path + "': " + what);
@@ -167,163 +55,6 @@ void metadata_step(const std::string& path, std::optional<Error>& err, Step&& st
     err = ckpt_error(path, "reading its metadata took more than 1 GiB of memory: the file is "
                            "damaged");
   }
-}
-
-// The dataset of tensor `t` in section `sec` ("/model/wte", "/optim/m/wte", ...).
-std::string dataset_name(int sec, const ParamTensor& t) {
-  return std::string("/") + kSections[sec] + "/" + t.name;
-}
-
-// The rank that writes (and checks) tensor k of the whole model: the owning stage, each tp shard
-// (replicated tensors from tp rank 0), and one data-parallel replica, taking turns by tensor.
-const Local* writer_of(const std::vector<Local>& mine, const Layout& layout,
-                       const std::vector<int>& turns, std::size_t k) {
-  if (layout.coords().dp != turns[k]) return nullptr;
-  for (const Local& l : mine) {
-    if (l.stage->counts_in_norm(*l.t)) return &l;
-  }
-  return nullptr;
-}
-
-// Writes every tensor of every section (each element once, see writer_of) and then each
-// dataset's checksum attribute: the slices' sums, added over all ranks. False on a failure.
-bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
-                   Shards& shards, int step) {
-  bool ok = true;
-  const ParamLayout whole = whole_layout(cfg.model);
-  const std::size_t T = whole.tensors().size();
-  const int nsec = shards.sections();
-  std::vector<unsigned long long> sums(static_cast<std::size_t>(nsec) * T, 0);
-  const std::vector<int> turns = dp_turns(whole, layout.dp());
-  std::vector<H5> sets;
-  float dummy = 0.0f;
-  std::vector<float> staged; // a GPU backend's tensor, copied to host memory for MPI-IO
-  for (int sec = 0; sec < nsec; ++sec) {
-    // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
-    if (sec == 1 && test_hooks().kill_in_checkpoint == step && layout.rank() == layout.size() - 1) {
-      std::raise(SIGKILL);
-    }
-    for (std::size_t k = 0; k < T; ++k) {
-      const ParamTensor& gt = whole.tensors()[k];
-      const std::vector<hsize_t> g = dims_of(gt);
-      H5 space(H5Screate_simple(static_cast<int>(g.size()), g.data(), nullptr), H5Sclose);
-      // contiguous, never filled with fill values (every element is written); integrity comes
-      // from the per-dataset checksum attribute (docs/checkpoints.md explains the choice)
-      H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-      H5 ds(H5Dcreate2(f, dataset_name(sec, gt).c_str(), H5T_IEEE_F32LE, space.get(), lcpl,
-                       dcpl.get(), H5P_DEFAULT),
-            H5Dclose);
-      ok &= ds.ok();
-      const std::vector<Local> mine = locals(shards, gt.name);
-      const Local* writer = writer_of(mine, layout, turns, k);
-      H5 fspace(H5Dget_space(ds.get()), H5Sclose);
-      hsize_t n = writer != nullptr ? writer->t->size : 1;
-      H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
-      const float* buf = &dummy;
-      if (writer != nullptr) {
-        select_shard(fspace.get(), *writer->t, layout.coords().tp, layout.tp());
-        buf = readable(writer->stage->backend(), writer->base(sec) + writer->t->offset,
-                       writer->t->size, staged);
-        sums[static_cast<std::size_t>(sec) * T + k] =
-            slice_checksum(writer->stage->layout(), *writer->t, buf);
-      } else {
-        H5Sselect_none(fspace.get());
-        H5Sselect_none(mspace.get());
-      }
-      ok &= H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, buf) >= 0;
-      sets.push_back(std::move(ds));
-    }
-  }
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()),
-                       MPI_UNSIGNED_LONG_LONG, MPI_SUM, layout.world()));
-  for (std::size_t i = 0; i < sets.size(); ++i) {
-    ok &= write_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, &sums[i], 1);
-  }
-  return ok;
-}
-
-// The file's attributes, the resolved deck (/config, by rank 0), and the attributes of /optim,
-// /data and /layout. False on a failure.
-bool write_metadata(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
-                    const Shards& shards, const std::vector<int>& partition,
-                    const TrainState& state) {
-  bool ok = true;
-  const int schema = kCheckpointSchema;
-  const long long step = state.step, tokens = state.tokens_seen;
-  ok &= write_string_attr(f, "format", "pipetrain-checkpoint");
-  ok &= write_attr(f, "schema_version", H5T_NATIVE_INT, &schema, 1);
-  ok &= write_attr(f, "step", H5T_NATIVE_LLONG, &step, 1);
-  ok &= write_attr(f, "tokens_seen", H5T_NATIVE_LLONG, &tokens, 1);
-  {
-    H5 type = string_type(cfg.resolved_text.size());
-    H5 space(H5Screate(H5S_SCALAR), H5Sclose);
-    H5 ds(H5Dcreate2(f, "/config", type.get(), space.get(), lcpl, H5P_DEFAULT, H5P_DEFAULT),
-          H5Dclose);
-    H5 fsel(H5Screate(H5S_SCALAR), H5Sclose);
-    if (layout.rank() != 0) H5Sselect_none(fsel.get());
-    ok &= ds.ok() && H5Dwrite(ds.get(), type.get(), fsel.get(), fsel.get(), dxpl,
-                              cfg.resolved_text.c_str()) >= 0;
-  }
-  H5 optim(H5Gopen2(f, "/optim", H5P_DEFAULT), H5Gclose);
-  const int adam_step = shards.opts.front()->updates();
-  const double lr = state.lr, eps = cfg.train.eps, wd = cfg.train.weight_decay;
-  const double betas[2] = {cfg.train.beta1, cfg.train.beta2};
-  ok &= write_attr(optim.get(), "adam_step", H5T_NATIVE_INT, &adam_step, 1);
-  ok &= write_attr(optim.get(), "lr", H5T_NATIVE_DOUBLE, &lr, 1);
-  ok &= write_attr(optim.get(), "betas", H5T_NATIVE_DOUBLE, betas, 2);
-  ok &= write_attr(optim.get(), "eps", H5T_NATIVE_DOUBLE, &eps, 1);
-  ok &= write_attr(optim.get(), "wd", H5T_NATIVE_DOUBLE, &wd, 1);
-
-  H5 data(H5Gcreate2(f, "/data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-  const unsigned long long seed = cfg.train.seed;
-  ok &= write_attr(data.get(), "seed", H5T_NATIVE_ULLONG, &seed, 1);
-  ok &= write_attr(data.get(), "cursor", H5T_NATIVE_LLONG, &step, 1); // sampler: (seed, step)
-
-  H5 lay(H5Gcreate2(f, "/layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-  const int dims[3] = {layout.pp(), layout.dp(), layout.tp()};
-  ok &= write_attr(lay.get(), "pp", H5T_NATIVE_INT, &dims[0], 1);
-  ok &= write_attr(lay.get(), "dp", H5T_NATIVE_INT, &dims[1], 1);
-  ok &= write_attr(lay.get(), "tp", H5T_NATIVE_INT, &dims[2], 1);
-  ok &= write_attr(lay.get(), "virtual_stages", H5T_NATIVE_INT, &cfg.parallel.virtual_stages, 1);
-  ok &= write_string_attr(lay.get(), "partition", name(cfg.parallel.partition));
-  ok &= write_attr(lay.get(), "layers", H5T_NATIVE_INT, partition.data(),
-                   static_cast<hsize_t>(partition.size()));
-  return ok;
-}
-
-// fsync: the data reaches the disk before a name points at it.
-void sync_path(const std::string& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
-// Rank 0: renames the written file to its final name, then points latest at it, then removes all
-// but the newest `keep` checkpoints (never before the new one is in place, and never the new one:
-// the directory may hold later steps of another run).
-std::optional<Error> publish(const fs::path& dir, const std::string& partial,
-                             const std::string& final_path, int step, int keep) {
-  std::error_code ec;
-  sync_path(partial);
-  fs::rename(partial, final_path, ec);
-  if (!ec) {
-    const fs::path tmp = dir / "latest.tmp";
-    std::ofstream(tmp) << step_file(step) << "\n";
-    sync_path(tmp.string());
-    fs::rename(tmp, dir / "latest", ec);
-    sync_path(dir.string());
-  }
-  if (ec)
-    return Error(ExitCode::other, "publishing checkpoint '" + final_path + "': " + ec.message());
-  const std::vector<std::string> all = list_checkpoints(dir);
-  const fs::path mine = fs::path(final_path).filename();
-  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {
-    if (fs::path(all[i]).filename() != mine) fs::remove(all[i], ec);
-  }
-  return std::nullopt;
 }
 
 // The file's format, schema_version, step and tokens_seen, checked; an error names the problem.
@@ -433,7 +164,8 @@ void read_tensors(const std::vector<H5>& sets, const ParamLayout& whole, const L
 // The slices' checksums (each element once, see writer_of), added over all ranks, against each
 // dataset's checksum attribute. Collective even when err is already set.
 void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, const Layout& layout,
-                      Shards& shards, const std::string& path, std::optional<Error>& err) {
+                      const Watchdog& watchdog, Shards& shards, const std::string& path,
+                      std::optional<Error>& err) {
   const std::size_t T = whole.tensors().size();
   const std::vector<int> turns = dp_turns(whole, layout.dp());
   const auto n = static_cast<std::size_t>(shards.sections()) * T;
@@ -454,8 +186,8 @@ void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, con
       }
     }
   }
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, got.data(), static_cast<int>(got.size()),
-                       MPI_UNSIGNED_LONG_LONG, MPI_SUM, layout.world()));
+  watchdog.allreduce(got.data(), static_cast<int>(got.size()), MPI_UNSIGNED_LONG_LONG, MPI_SUM,
+                     layout.world(), "the checkpoint's checksums (read)");
   for (std::size_t i = 0; i < got.size() && !err; ++i) {
     if (got[i] != want[i]) {
       err = ckpt_error(path, "dataset " +
@@ -487,7 +219,7 @@ std::optional<Error> read_config(hid_t f, const std::string& path, std::string& 
 }
 
 // The saved deck against this run's: a model key that differs makes the checkpoint another
-// model's (DESIGN.md section 8: shapes alone do not show n_head). A changed data path, seed or
+// model's (docs/design.md section 8: shapes alone do not show n_head). A changed data path, seed or
 // global batch is allowed, with a warning on rank 0.
 void compare_config(const std::string& saved, const RunConfig& cfg, const std::string& path,
                     bool root) {
@@ -549,46 +281,8 @@ void compare_config(const std::string& saved, const RunConfig& cfg, const std::s
 
 } // namespace
 
-std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, Shards shards,
-                             const std::vector<int>& partition, const TrainState& state) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); // our messages, not HDF5's error stacks
-  const bool root = layout.rank() == 0;
-  const fs::path dir = cfg.checkpoint.dir;
-  const std::string final_path = (dir / step_file(state.step)).string();
-  const std::string partial = final_path + ".partial";
-  std::optional<Error> err;
-  if (root) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) {
-      err = Error(ExitCode::other,
-                  "checkpoint.dir '" + dir.string() + "' cannot be created: " + ec.message());
-    }
-  }
-  agree(layout.world(), err);
-  bool ok = true;
-  {
-    H5 file = open_file(partial, layout.world(), true);
-    if (!file.ok()) err = Error(ExitCode::other, "cannot create checkpoint '" + partial + "'");
-    agree(layout.world(), err);
-    H5 lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-    H5Pset_create_intermediate_group(lcpl.get(), 1);
-    H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-    H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
-    ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, state.step);
-    ok &= write_metadata(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, partition, state);
-    if (H5Fclose(file.get()) < 0) ok = false;
-    file = H5();
-  }
-  if (!ok) err = Error(ExitCode::other, "writing checkpoint '" + partial + "' failed");
-  agree(layout.world(), err);
-  if (root) err = publish(dir, partial, final_path, state.step, cfg.checkpoint.keep);
-  agree(layout.world(), err);
-  return final_path;
-}
-
 TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const Layout& layout,
-                           Shards shards) {
+                           const Watchdog& watchdog, Shards shards) {
   // HDF5 1.10.8 can read memory it freed when it opens a file after failing on damaged ones in
   // the same process (docs/fuzzing.md), as resume = "auto" does when it falls back to older
   // checkpoints. Every read therefore ends, on every path out, with H5close: the library's state
@@ -600,11 +294,11 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   std::optional<Error> err;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) err = ckpt_error(path, "no such file");
-  agree(layout.world(), err);
+  watchdog.agree(layout.world(), err, "the checkpoint read's agreement");
   // HDF5 parses the file's metadata in four steps, each under a memory bound, each agreed on
   const auto parse = [&](auto&& step) {
     metadata_step(path, err, step);
-    agree(layout.world(), err);
+    watchdog.agree(layout.world(), err, "the checkpoint read's agreement");
   };
   H5 file;
   parse([&] {
@@ -623,7 +317,7 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   parse([&] { err = read_config(file.get(), path, saved); });
   compare_config(saved, cfg, path, layout.rank() == 0); // the same verdict on every rank
   read_tensors(sets, whole, layout, shards, path, err);
-  verify_checksums(sets, whole, layout, shards, path, err);
+  verify_checksums(sets, whole, layout, watchdog, shards, path, err);
   int adam_step = 0;
   {
     H5 optim(H5Gopen2(file.get(), "/optim", H5P_DEFAULT), H5Gclose);
@@ -637,16 +331,16 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
     }
   }
   sets.clear();
-  agree(layout.world(), err);
+  watchdog.agree(layout.world(), err, "the checkpoint read's agreement");
   for (auto& o : shards.opts) o->set_updates(adam_step);
   return st;
 }
 
-bool resume(const RunConfig& cfg, const Layout& layout, Shards shards, TrainState& state,
-            std::string& from) {
+bool resume(const RunConfig& cfg, const Layout& layout, const Watchdog& watchdog, Shards shards,
+            TrainState& state, std::string& from) {
   if (!cfg.checkpoint.enabled || cfg.checkpoint.resume == "none") return false;
   if (cfg.checkpoint.resume != "auto") {
-    state = read_checkpoint(cfg.checkpoint.resume, cfg, layout, shards);
+    state = read_checkpoint(cfg.checkpoint.resume, cfg, layout, watchdog, shards);
     from = cfg.checkpoint.resume;
     return true;
   }
@@ -663,17 +357,14 @@ bool resume(const RunConfig& cfg, const Layout& layout, Shards shards, TrainStat
     }
     for (const std::string& c : cands) list += c + "\n";
   }
-  int len = static_cast<int>(list.size());
-  PT_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, layout.world()));
-  list.resize(static_cast<std::size_t>(len));
-  PT_MPI(MPI_Bcast(list.data(), len, MPI_CHAR, 0, layout.world()));
+  watchdog.broadcast_text(list, 0, layout.world(), "the list of checkpoints to resume from");
   std::istringstream in(list);
   std::string cand;
   int tried = 0;
   while (std::getline(in, cand)) {
     ++tried;
     try {
-      state = read_checkpoint(cand, cfg, layout, shards);
+      state = read_checkpoint(cand, cfg, layout, watchdog, shards);
       from = cand;
       return true;
     } catch (const ForeignCheckpoint&) {

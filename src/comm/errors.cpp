@@ -1,4 +1,8 @@
+// The error model's MPI side (util/errors.hpp): agreeing on an error, aborting the job, checked
+// MPI calls.
 #include "util/errors.hpp"
+
+#include "comm/watchdog.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -9,26 +13,7 @@
 namespace pt {
 
 void agree(MPI_Comm comm, const std::optional<Error>& local) {
-  int rank = 0;
-  int size = 1;
-  PT_MPI(MPI_Comm_rank(comm, &rank));
-  PT_MPI(MPI_Comm_size(comm, &size));
-  const int mine = local ? rank : size;
-  int first = size;
-  PT_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == size) return;
-
-  int header[2] = {0, 0}; // exit code, message length
-  std::string text;
-  if (rank == first) {
-    text = local->what();
-    header[0] = static_cast<int>(local->code());
-    header[1] = static_cast<int>(text.size());
-  }
-  PT_MPI(MPI_Bcast(header, 2, MPI_INT, first, comm));
-  text.resize(static_cast<std::size_t>(header[1]));
-  PT_MPI(MPI_Bcast(text.data(), header[1], MPI_CHAR, first, comm));
-  throw Error(static_cast<ExitCode>(header[0]), text);
+  Watchdog::none().agree(comm, local, "the agreement on an error");
 }
 
 void fatal(const std::string& message) {

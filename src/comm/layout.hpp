@@ -1,6 +1,6 @@
 // The 3D layout of the job: world = pp x dp x tp, tp innermost, then dp, then pp
 // (rank r -> tp = r % tp, dp = (r / tp) % dp, pp = r / (tp*dp)), with a communicator per group and
-// the node each rank runs on. pp and tp are carried here although only dp > 1 runs today.
+// the node each rank runs on.
 #pragma once
 
 #include <mpi.h>

@@ -1,4 +1,4 @@
-#include "parallel/layout.hpp"
+#include "comm/layout.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,0 +1,110 @@
+#include "checkpoint/datasets.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace pt::ckpt {
+
+namespace fs = std::filesystem;
+
+std::string step_file(int step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08d.h5", step);
+  return buf;
+}
+
+ParamLayout whole_layout(const ModelConfig& m) {
+  return ParamLayout(m, StageSpec{true, true, 0, m.n_layer});
+}
+
+std::vector<Local> locals(Shards& s, const std::string& name) {
+  std::vector<Local> out;
+  for (std::size_t c = 0; c < s.chunks.size(); ++c) {
+    if (s.chunks[c]->layout().has(name)) {
+      out.push_back({s.chunks[c].get(), s.opts[c].get(), &s.chunks[c]->layout().at(name),
+                     s.older != nullptr ? (*s.older)[c].data() : nullptr});
+    }
+  }
+  return out;
+}
+
+std::vector<hsize_t> dims_of(const ParamTensor& t) {
+  return std::vector<hsize_t>(t.global_shape.begin(), t.global_shape.end());
+}
+
+void select_shard(hid_t space, const ParamTensor& t, int tp_rank, int tp) {
+  const std::vector<hsize_t> g = dims_of(t);
+  hsize_t start[2] = {0, 0}, stride[2] = {1, 1}, count[2] = {1, 1}, block[2] = {1, 1};
+  for (std::size_t d = 0; d < g.size(); ++d) block[d] = g[d];
+  if (t.shard_dim == 0) {
+    const hsize_t part = g[0] / static_cast<hsize_t>(t.parts);
+    const hsize_t mine = part / static_cast<hsize_t>(tp);
+    start[0] = static_cast<hsize_t>(tp_rank) * mine;
+    stride[0] = part;
+    count[0] = static_cast<hsize_t>(t.parts);
+    block[0] = mine;
+  } else if (t.shard_dim == 1) {
+    const hsize_t mine = g[1] / static_cast<hsize_t>(tp);
+    start[1] = static_cast<hsize_t>(tp_rank) * mine;
+    block[1] = mine;
+  }
+  H5Sselect_hyperslab(space, H5S_SELECT_SET, start, stride, count, block);
+}
+
+std::vector<std::string> list_checkpoints(const fs::path& dir) {
+  std::vector<std::pair<int, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    int step = 0;
+    char tail[8] = {0};
+    if (std::sscanf(n.c_str(), "step_%d.h%2s", &step, tail) == 2 && n.size() == 16 &&
+        n.compare(n.size() - 3, 3, ".h5") == 0) {
+      found.push_back({step, e.path().string()});
+    }
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+std::uint64_t slice_checksum(const ParamLayout& lay, const ParamTensor& t, const float* x) {
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < t.size; ++i) {
+    const std::uint64_t g = t.shard_dim < 0 ? i : lay.global_index(t, i);
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    // for a fixed position the term is a bijection of the bits: a changed element changes it
+    std::uint64_t term = (bits + g * 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
+    sum += term ^ (term >> 29);
+  }
+  return sum;
+}
+
+std::vector<int> dp_turns(const ParamLayout& whole, int dp) {
+  std::vector<std::size_t> load(static_cast<std::size_t>(dp), 0);
+  std::vector<int> turn;
+  for (const ParamTensor& t : whole.tensors()) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    turn.push_back(static_cast<int>(least));
+    load[static_cast<std::size_t>(least)] += t.size;
+  }
+  return turn;
+}
+
+std::string dataset_name(int sec, const ParamTensor& t) {
+  return std::string("/") + kSections[sec] + "/" + t.name;
+}
+
+const Local* writer_of(const std::vector<Local>& mine, const Layout& layout,
+                       const std::vector<int>& turns, std::size_t k) {
+  if (layout.coords().dp != turns[k]) return nullptr;
+  for (const Local& l : mine) {
+    if (l.stage->counts_in_norm(*l.t)) return &l;
+  }
+  return nullptr;
+}
+
+} // namespace pt::ckpt

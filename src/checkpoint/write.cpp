@@ -1,0 +1,219 @@
+// Writing a checkpoint: every tensor into its global dataset (each element by one rank), the
+// metadata, then the atomic publish (docs/checkpoints.md).
+#include "checkpoint/checkpoint.hpp"
+
+#include <hdf5.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <optional>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "checkpoint/datasets.hpp"
+#include "checkpoint/hdf5_io.hpp"
+#include "util/errors.hpp"
+#include "util/hash.hpp"
+#include "util/test_hooks.hpp"
+
+namespace pt {
+namespace {
+
+using namespace ckpt;
+namespace fs = std::filesystem;
+
+// Writes every tensor of every section (each element once, see writer_of) and then each
+// dataset's checksum attribute: the slices' sums, added over all ranks. False on a failure.
+bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
+                   const Watchdog& watchdog, Shards& shards, int step) {
+  bool ok = true;
+  const ParamLayout whole = whole_layout(cfg.model);
+  const std::size_t T = whole.tensors().size();
+  const int nsec = shards.sections();
+  std::vector<unsigned long long> sums(static_cast<std::size_t>(nsec) * T, 0);
+  const std::vector<int> turns = dp_turns(whole, layout.dp());
+  std::vector<H5> sets;
+  float dummy = 0.0f;
+  std::vector<float> staged; // a GPU backend's tensor, copied to host memory for MPI-IO
+  for (int sec = 0; sec < nsec; ++sec) {
+    // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
+    if (sec == 1 && test_hooks().kill_in_checkpoint == step && layout.rank() == layout.size() - 1) {
+      std::raise(SIGKILL);
+    }
+    for (std::size_t k = 0; k < T; ++k) {
+      const ParamTensor& gt = whole.tensors()[k];
+      const std::vector<hsize_t> g = dims_of(gt);
+      H5 space(H5Screate_simple(static_cast<int>(g.size()), g.data(), nullptr), H5Sclose);
+      // contiguous, never filled with fill values (every element is written); integrity comes
+      // from the per-dataset checksum attribute (docs/checkpoints.md explains the choice)
+      H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+      H5 ds(H5Dcreate2(f, dataset_name(sec, gt).c_str(), H5T_IEEE_F32LE, space.get(), lcpl,
+                       dcpl.get(), H5P_DEFAULT),
+            H5Dclose);
+      ok &= ds.ok();
+      const std::vector<Local> mine = locals(shards, gt.name);
+      const Local* writer = writer_of(mine, layout, turns, k);
+      H5 fspace(H5Dget_space(ds.get()), H5Sclose);
+      hsize_t n = writer != nullptr ? writer->t->size : 1;
+      H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+      const float* buf = &dummy;
+      if (writer != nullptr) {
+        select_shard(fspace.get(), *writer->t, layout.coords().tp, layout.tp());
+        buf = readable(writer->stage->backend(), writer->base(sec) + writer->t->offset,
+                       writer->t->size, staged);
+        sums[static_cast<std::size_t>(sec) * T + k] =
+            slice_checksum(writer->stage->layout(), *writer->t, buf);
+      } else {
+        H5Sselect_none(fspace.get());
+        H5Sselect_none(mspace.get());
+      }
+      ok &= H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, buf) >= 0;
+      sets.push_back(std::move(ds));
+    }
+  }
+  watchdog.allreduce(sums.data(), static_cast<int>(sums.size()), MPI_UNSIGNED_LONG_LONG, MPI_SUM,
+                     layout.world(), "the checkpoint's checksums (write)");
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    ok &= write_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, &sums[i], 1);
+  }
+  return ok;
+}
+
+// The file's attributes, the resolved deck (/config, by rank 0), and the attributes of /optim,
+// /data and /layout. False on a failure.
+bool write_metadata(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
+                    const Shards& shards, const std::vector<int>& partition,
+                    const TrainState& state) {
+  bool ok = true;
+  const int schema = kCheckpointSchema;
+  const long long step = state.step, tokens = state.tokens_seen;
+  ok &= write_string_attr(f, "format", "pipetrain-checkpoint");
+  ok &= write_attr(f, "schema_version", H5T_NATIVE_INT, &schema, 1);
+  ok &= write_attr(f, "step", H5T_NATIVE_LLONG, &step, 1);
+  ok &= write_attr(f, "tokens_seen", H5T_NATIVE_LLONG, &tokens, 1);
+  {
+    H5 type = string_type(cfg.resolved_text.size());
+    H5 space(H5Screate(H5S_SCALAR), H5Sclose);
+    H5 ds(H5Dcreate2(f, "/config", type.get(), space.get(), lcpl, H5P_DEFAULT, H5P_DEFAULT),
+          H5Dclose);
+    H5 fsel(H5Screate(H5S_SCALAR), H5Sclose);
+    if (layout.rank() != 0) H5Sselect_none(fsel.get());
+    ok &= ds.ok() && H5Dwrite(ds.get(), type.get(), fsel.get(), fsel.get(), dxpl,
+                              cfg.resolved_text.c_str()) >= 0;
+  }
+  H5 optim(H5Gopen2(f, "/optim", H5P_DEFAULT), H5Gclose);
+  const int adam_step = shards.opts.front()->updates();
+  const double lr = state.lr, eps = cfg.train.eps, wd = cfg.train.weight_decay;
+  const double betas[2] = {cfg.train.beta1, cfg.train.beta2};
+  ok &= write_attr(optim.get(), "adam_step", H5T_NATIVE_INT, &adam_step, 1);
+  ok &= write_attr(optim.get(), "lr", H5T_NATIVE_DOUBLE, &lr, 1);
+  ok &= write_attr(optim.get(), "betas", H5T_NATIVE_DOUBLE, betas, 2);
+  ok &= write_attr(optim.get(), "eps", H5T_NATIVE_DOUBLE, &eps, 1);
+  ok &= write_attr(optim.get(), "wd", H5T_NATIVE_DOUBLE, &wd, 1);
+
+  H5 data(H5Gcreate2(f, "/data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  const unsigned long long seed = cfg.train.seed;
+  ok &= write_attr(data.get(), "seed", H5T_NATIVE_ULLONG, &seed, 1);
+  ok &= write_attr(data.get(), "cursor", H5T_NATIVE_LLONG, &step, 1); // sampler: (seed, step)
+
+  H5 lay(H5Gcreate2(f, "/layout", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  const int dims[3] = {layout.pp(), layout.dp(), layout.tp()};
+  ok &= write_attr(lay.get(), "pp", H5T_NATIVE_INT, &dims[0], 1);
+  ok &= write_attr(lay.get(), "dp", H5T_NATIVE_INT, &dims[1], 1);
+  ok &= write_attr(lay.get(), "tp", H5T_NATIVE_INT, &dims[2], 1);
+  ok &= write_attr(lay.get(), "virtual_stages", H5T_NATIVE_INT, &cfg.parallel.virtual_stages, 1);
+  ok &= write_string_attr(lay.get(), "partition", name(cfg.parallel.partition));
+  ok &= write_attr(lay.get(), "layers", H5T_NATIVE_INT, partition.data(),
+                   static_cast<hsize_t>(partition.size()));
+  return ok;
+}
+
+// fsync: the data reaches the disk before a name points at it.
+void sync_path(const std::string& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Rank 0: renames the written file to its final name, then points latest at it, then removes all
+// but the newest `keep` checkpoints (never before the new one is in place, and never the new one:
+// the directory may hold later steps of another run).
+std::optional<Error> publish(const fs::path& dir, const std::string& partial,
+                             const std::string& final_path, int step, int keep) {
+  std::error_code ec;
+  sync_path(partial);
+  fs::rename(partial, final_path, ec);
+  if (!ec) {
+    const fs::path tmp = dir / "latest.tmp";
+    std::ofstream(tmp) << step_file(step) << "\n";
+    sync_path(tmp.string());
+    fs::rename(tmp, dir / "latest", ec);
+    sync_path(dir.string());
+  }
+  if (ec)
+    return Error(ExitCode::other, "publishing checkpoint '" + final_path + "': " + ec.message());
+  const std::vector<std::string> all = list_checkpoints(dir);
+  const fs::path mine = fs::path(final_path).filename();
+  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {
+    if (fs::path(all[i]).filename() != mine) fs::remove(all[i], ec);
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const Watchdog& watchdog,
+                             Shards shards, const std::vector<int>& partition,
+                             const TrainState& state) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); // our messages, not HDF5's error stacks
+  const bool root = layout.rank() == 0;
+  const fs::path dir = cfg.checkpoint.dir;
+  const std::string final_path = (dir / step_file(state.step)).string();
+  const std::string partial = final_path + ".partial";
+  std::optional<Error> err;
+  if (root) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) {
+      err = Error(ExitCode::other,
+                  "checkpoint.dir '" + dir.string() + "' cannot be created: " + ec.message());
+    }
+  }
+  watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
+  bool ok = true;
+  {
+    H5 file = open_file(partial, layout.world(), true);
+    if (!file.ok()) err = Error(ExitCode::other, "cannot create checkpoint '" + partial + "'");
+    watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
+    H5 lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+    H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
+    ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, watchdog, shards,
+                        state.step);
+    ok &= write_metadata(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, partition, state);
+    if (H5Fclose(file.get()) < 0) ok = false;
+    file = H5();
+  }
+  if (!ok) err = Error(ExitCode::other, "writing checkpoint '" + partial + "' failed");
+  watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
+  if (root) err = publish(dir, partial, final_path, state.step, cfg.checkpoint.keep);
+  watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
+  return final_path;
+}
+
+} // namespace pt
