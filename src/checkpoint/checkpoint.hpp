@@ -11,7 +11,7 @@
 #include "comm/watchdog.hpp"
 #include "config/run_config.hpp"
 #include "model/gpt_stage.hpp"
-#include "optim/adamw.hpp"
+#include "optim/optimizer_state.hpp"
 
 namespace pt {
 
@@ -23,10 +23,11 @@ struct TrainState {
   double lr = 0.0; // the rate the last update used
 };
 
-// What a rank holds: its model chunks and their optimizers (chunks[c] <-> opts[c]).
+// What a rank holds: its model chunks and their optimizers' states (chunks[c] <-> opts[c]):
+// AdamW's whole moments, or ZeRO-1's shard of them (written and read in place).
 struct Shards {
   std::vector<std::unique_ptr<GptStage>>& chunks;
-  std::vector<std::unique_ptr<AdamW>>& opts;
+  std::vector<OptimizerState*> opts;
   // schedule = "2bw": per chunk, the weights one version older (/model_prev); null otherwise
   std::vector<FloatBuffer>* older = nullptr;
   int sections() const { return older != nullptr ? 4 : 3; }

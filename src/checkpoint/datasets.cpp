@@ -21,12 +21,64 @@ ParamLayout whole_layout(const ModelConfig& m) {
 std::vector<Local> locals(Shards& s, const std::string& name) {
   std::vector<Local> out;
   for (std::size_t c = 0; c < s.chunks.size(); ++c) {
-    if (s.chunks[c]->layout().has(name)) {
-      out.push_back({s.chunks[c].get(), s.opts[c].get(), &s.chunks[c]->layout().at(name),
-                     s.older != nullptr ? (*s.older)[c].data() : nullptr});
-    }
+    const ParamLayout& lay = s.chunks[c]->layout();
+    if (!lay.has(name)) continue;
+    const ParamTensor* t = &lay.at(name);
+    out.push_back({s.chunks[c].get(), s.opts[c], t,
+                   static_cast<std::size_t>(t - lay.tensors().data()),
+                   s.older != nullptr ? (*s.older)[c].data() : nullptr});
   }
   return out;
+}
+
+std::vector<Slice> slices(const Local& l, int sec) {
+  if (sec == 0) return {Slice{0, l.t->size, l.stage->params() + l.t->offset}};
+  if (sec == 3) return {Slice{0, l.t->size, l.older + l.t->offset}};
+  std::vector<Slice> out;
+  for (const OptimizerState::Run& r : l.opt->runs(l.index)) {
+    out.push_back({r.begin, r.size, sec == 1 ? r.m : r.v});
+  }
+  return out;
+}
+
+bool writes(const Local& l, int sec, const Layout& layout, const std::vector<int>& turns,
+            std::size_t k) {
+  if (!l.stage->counts_in_norm(*l.t)) return false;
+  return layout.coords().dp == turns[k] || ((sec == 1 || sec == 2) && l.opt->sharded());
+}
+
+void select_slice(hid_t space, const Local& l, const Slice& s, const Layout& layout) {
+  const ParamTensor& t = *l.t;
+  if (s.whole(t)) return select_shard(space, t, layout.coords().tp, layout.tp());
+  const ParamLayout& lay = l.stage->layout();
+  const bool two_d = t.global_shape.size() > 1;
+  const std::size_t gcols = two_d ? static_cast<std::size_t>(t.global_shape[1]) : 1;
+  const std::size_t lcols = two_d ? static_cast<std::size_t>(t.shape[1]) : 1;
+  // the run row by row (local rows are contiguous in the global tensor), rows that continue the
+  // previous rectangle's columns merged into it; local order is global order
+  hsize_t rect[4] = {0, 0, 0, 0}; // first row, rows, first column, columns
+  bool first = true, open = false;
+  auto flush = [&] {
+    const hsize_t start[2] = {rect[0], rect[2]}, count[2] = {rect[1], rect[3]};
+    H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start, nullptr, count,
+                        nullptr);
+    first = false;
+  };
+  for (std::size_t i = s.begin; i < s.begin + s.size;) {
+    const std::size_t end = std::min(s.begin + s.size, (i / lcols + 1) * lcols);
+    const std::size_t g = lay.global_index(t, i);
+    const hsize_t row = g / gcols, col = g % gcols, cols = end - i;
+    if (open && rect[2] == col && rect[3] == cols && rect[0] + rect[1] == row) {
+      ++rect[1];
+    } else {
+      if (open) flush();
+      rect[0] = row, rect[1] = 1, rect[2] = col, rect[3] = cols;
+      open = true;
+    }
+    i = end;
+  }
+  if (open) flush();
+  if (first) H5Sselect_none(space);
 }
 
 std::vector<hsize_t> dims_of(const ParamTensor& t) {
@@ -70,12 +122,13 @@ std::vector<std::string> list_checkpoints(const fs::path& dir) {
   return out;
 }
 
-std::uint64_t slice_checksum(const ParamLayout& lay, const ParamTensor& t, const float* x) {
+std::uint64_t slice_checksum(const ParamLayout& lay, const ParamTensor& t, const float* x,
+                             std::size_t begin, std::size_t n) {
   std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < t.size; ++i) {
+  for (std::size_t i = begin; i < begin + n; ++i) {
     const std::uint64_t g = t.shard_dim < 0 ? i : lay.global_index(t, i);
     std::uint32_t bits;
-    std::memcpy(&bits, x + i, sizeof bits);
+    std::memcpy(&bits, x + (i - begin), sizeof bits);
     // for a fixed position the term is a bijection of the bits: a changed element changes it
     std::uint64_t term = (bits + g * 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
     sum += term ^ (term >> 29);
@@ -96,15 +149,6 @@ std::vector<int> dp_turns(const ParamLayout& whole, int dp) {
 
 std::string dataset_name(int sec, const ParamTensor& t) {
   return std::string("/") + kSections[sec] + "/" + t.name;
-}
-
-const Local* writer_of(const std::vector<Local>& mine, const Layout& layout,
-                       const std::vector<int>& turns, std::size_t k) {
-  if (layout.coords().dp != turns[k]) return nullptr;
-  for (const Local& l : mine) {
-    if (l.stage->counts_in_norm(*l.t)) return &l;
-  }
-  return nullptr;
 }
 
 } // namespace pt::ckpt

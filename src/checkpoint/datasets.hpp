@@ -24,24 +24,35 @@ ParamLayout whole_layout(const ModelConfig& m);
 // This rank's copies of a tensor (a rank may hold none, or two with tied wte on two chunks).
 struct Local {
   GptStage* stage;
-  AdamW* opt;
+  OptimizerState* opt;
   const ParamTensor* t;
-  float* older; // 2bw's older weights of the chunk, or null
-  float* base(int section) const {
-    switch (section) {
-    case 0:
-      return stage->params();
-    case 1:
-      return opt->m();
-    case 2:
-      return opt->v();
-    default:
-      return older;
-    }
-  }
+  std::size_t index; // t's index in the chunk's layout
+  float* older;      // 2bw's older weights of the chunk, or null
 };
 
 std::vector<Local> locals(Shards& s, const std::string& name);
+
+// A run of a copy's elements in one section: local elements [begin, begin + size) of the tensor
+// (its tp shard's flat order), at data in the chunk's backend memory.
+struct Slice {
+  std::size_t begin = 0, size = 0;
+  float* data = nullptr;
+  bool whole(const ParamTensor& t) const { return begin == 0 && size == t.size; }
+};
+
+// The slices of l in section sec: the whole tensor for the weights (sections 0 and 3), the
+// optimizer's runs for its moments (1 and 2: the whole tensor, or ZeRO-1's pieces).
+std::vector<Slice> slices(const Local& l, int sec);
+
+// Whether this rank writes (and checks) section sec of tensor k from l: the owning stage, each tp
+// shard (replicated tensors from tp rank 0), and one data-parallel replica, taking turns by
+// tensor; of a sharded (ZeRO-1) optimizer's moments every dp rank its own runs.
+bool writes(const Local& l, int sec, const Layout& layout, const std::vector<int>& turns,
+            std::size_t k);
+
+// Selects in the dataset's space the elements of slice s of l's tensor: the whole tp shard
+// (select_shard), or a run's rows as rectangles of the global shape.
+void select_slice(hid_t space, const Local& l, const Slice& s, const Layout& layout);
 
 std::vector<hsize_t> dims_of(const ParamTensor& t);
 
@@ -54,7 +65,9 @@ std::vector<std::string> list_checkpoints(const std::filesystem::path& dir);
 // A checksum that slices can compute separately: the sum (mod 2^64) over elements of a mixed
 // term of (index in the whole tensor, float bits). Any single changed element changes it; ranks
 // add their slices' sums. Cheap enough (a multiply and a shift per element) not to dominate I/O.
-std::uint64_t slice_checksum(const ParamLayout& lay, const ParamTensor& t, const float* x);
+// x holds local elements [begin, begin + n) of t.
+std::uint64_t slice_checksum(const ParamLayout& lay, const ParamTensor& t, const float* x,
+                             std::size_t begin, std::size_t n);
 
 // Which data-parallel replica writes (and verifies) each tensor: greedy by size, so the replicas
 // share the bytes evenly. The same answer on every rank.
@@ -62,10 +75,5 @@ std::vector<int> dp_turns(const ParamLayout& whole, int dp);
 
 // The dataset of tensor `t` in section `sec` ("/model/wte", "/optim/m/wte", ...).
 std::string dataset_name(int sec, const ParamTensor& t);
-
-// The rank that writes (and checks) tensor k of the whole model: the owning stage, each tp shard
-// (replicated tensors from tp rank 0), and one data-parallel replica, taking turns by tensor.
-const Local* writer_of(const std::vector<Local>& mine, const Layout& layout,
-                       const std::vector<int>& turns, std::size_t k);
 
 } // namespace pt::ckpt

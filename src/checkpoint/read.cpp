@@ -132,6 +132,25 @@ std::vector<H5> open_datasets(hid_t f, const ParamLayout& whole, int nsec, const
   return sets;
 }
 
+// One slice of a copy from the dataset ds into its memory.
+void read_slice(hid_t ds, const Local& l, const Slice& piece, const Layout& layout,
+                std::vector<float>& staged, const std::string& name, const std::string& path,
+                std::optional<Error>& err) {
+  H5 fspace(H5Dget_space(ds), H5Sclose);
+  select_slice(fspace.get(), l, piece, layout);
+  hsize_t n = piece.size;
+  H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  // a GPU backend's tensor is read into host memory first (MPI-IO sees host memory only)
+  const bool on_host = l.stage->backend().on_host();
+  if (!on_host) staged.resize(piece.size);
+  float* dst = on_host ? piece.data : staged.data();
+  if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0) {
+    err = ckpt_error(path, "dataset " + name + " cannot be read: the file is truncated or damaged");
+  } else if (!on_host) {
+    from_host(l.stage->backend(), piece.data, staged.data(), staged.size());
+  }
+}
+
 // Every rank reads its slices (all replicas, every copy) into the shards.
 void read_tensors(const std::vector<H5>& sets, const ParamLayout& whole, const Layout& layout,
                   Shards& shards, const std::string& path, std::optional<Error>& err) {
@@ -141,27 +160,16 @@ void read_tensors(const std::vector<H5>& sets, const ParamLayout& whole, const L
     for (const ParamTensor& gt : whole.tensors()) {
       const hid_t ds = sets[k++].get();
       for (const Local& l : locals(shards, gt.name)) {
-        if (err) return;
-        H5 fspace(H5Dget_space(ds), H5Sclose);
-        select_shard(fspace.get(), *l.t, layout.coords().tp, layout.tp());
-        hsize_t n = l.t->size;
-        H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
-        // a GPU backend's tensor is read into host memory first (MPI-IO sees host memory only)
-        const bool on_host = l.stage->backend().on_host();
-        if (!on_host) staged.resize(l.t->size);
-        float* dst = on_host ? l.base(sec) + l.t->offset : staged.data();
-        if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0) {
-          err = ckpt_error(path, "dataset " + dataset_name(sec, gt) +
-                                     " cannot be read: the file is truncated or damaged");
-        } else if (!on_host) {
-          from_host(l.stage->backend(), l.base(sec) + l.t->offset, staged.data(), staged.size());
+        for (const Slice& piece : slices(l, sec)) {
+          if (err) return;
+          read_slice(ds, l, piece, layout, staged, dataset_name(sec, gt), path, err);
         }
       }
     }
   }
 }
 
-// The slices' checksums (each element once, see writer_of), added over all ranks, against each
+// The slices' checksums (each element once, see writes()), added over all ranks, against each
 // dataset's checksum attribute. Collective even when err is already set.
 void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, const Layout& layout,
                       const Watchdog& watchdog, Shards& shards, const std::string& path,
@@ -178,11 +186,12 @@ void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, con
       if (!read_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, want[i]) && !err) {
         err = ckpt_error(path, "dataset " + dataset_name(sec, gt) + " has no checksum attribute");
       }
-      const std::vector<Local> mine = locals(shards, gt.name);
-      if (const Local* l = writer_of(mine, layout, turns, k)) {
-        const float* x =
-            readable(l->stage->backend(), l->base(sec) + l->t->offset, l->t->size, staged);
-        got[i] = slice_checksum(l->stage->layout(), *l->t, x);
+      for (const Local& l : locals(shards, gt.name)) {
+        if (!writes(l, sec, layout, turns, k)) continue;
+        for (const Slice& piece : slices(l, sec)) {
+          const float* x = readable(l.stage->backend(), piece.data, piece.size, staged);
+          got[i] += slice_checksum(l.stage->layout(), *l.t, x, piece.begin, piece.size);
+        }
       }
     }
   }

@@ -33,7 +33,7 @@ namespace {
 using namespace ckpt;
 namespace fs = std::filesystem;
 
-// Writes every tensor of every section (each element once, see writer_of) and then each
+// Writes every tensor of every section (each element once, see writes()) and then each
 // dataset's checksum attribute: the slices' sums, added over all ranks. False on a failure.
 bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
                    const Watchdog& watchdog, Shards& shards, int step) {
@@ -63,23 +63,29 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
                        dcpl.get(), H5P_DEFAULT),
             H5Dclose);
       ok &= ds.ok();
-      const std::vector<Local> mine = locals(shards, gt.name);
-      const Local* writer = writer_of(mine, layout, turns, k);
-      H5 fspace(H5Dget_space(ds.get()), H5Sclose);
-      hsize_t n = writer != nullptr ? writer->t->size : 1;
-      H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
-      const float* buf = &dummy;
-      if (writer != nullptr) {
-        select_shard(fspace.get(), *writer->t, layout.coords().tp, layout.tp());
-        buf = readable(writer->stage->backend(), writer->base(sec) + writer->t->offset,
-                       writer->t->size, staged);
-        sums[static_cast<std::size_t>(sec) * T + k] =
-            slice_checksum(writer->stage->layout(), *writer->t, buf);
-      } else {
+      bool wrote = false;
+      for (const Local& l : locals(shards, gt.name)) {
+        if (!writes(l, sec, layout, turns, k)) continue;
+        for (const Slice& piece : slices(l, sec)) {
+          H5 fspace(H5Dget_space(ds.get()), H5Sclose);
+          select_slice(fspace.get(), l, piece, layout);
+          hsize_t n = piece.size;
+          H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
+          const float* buf = readable(l.stage->backend(), piece.data, piece.size, staged);
+          sums[static_cast<std::size_t>(sec) * T + k] +=
+              slice_checksum(l.stage->layout(), *l.t, buf, piece.begin, piece.size);
+          ok &= H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, buf) >= 0;
+          wrote = true;
+        }
+      }
+      if (!wrote) { // this rank's part of the dataset is empty
+        H5 fspace(H5Dget_space(ds.get()), H5Sclose);
+        hsize_t one = 1;
+        H5 mspace(H5Screate_simple(1, &one, nullptr), H5Sclose);
         H5Sselect_none(fspace.get());
         H5Sselect_none(mspace.get());
+        ok &= H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, &dummy) >= 0;
       }
-      ok &= H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, buf) >= 0;
       sets.push_back(std::move(ds));
     }
   }

@@ -29,7 +29,7 @@ ZeroShard::ZeroShard(const ParamLayout& layout, std::size_t bucket_floats, MPI_C
       if (a >= e) continue;
       const std::size_t at = b.shard_offset + (a - (b.offset + b.each * comm_.rank));
       segments.push_back({a, at, e - a, tensors[i].decay});
-      pieces_.push_back({i, at, e - a});
+      pieces_.push_back({i, at, e - a, a - tensors[i].offset});
     }
   }
   grads_ = FloatBuffer(shard);
@@ -76,23 +76,14 @@ void ZeroShard::step(float* params, double lr, float grad_scale) {
   gather(grads_.data(), params);
 }
 
-void ZeroShard::gather_state(AdamW& full) {
-  gather(opt_->m(), full.m());
-  gather(opt_->v(), full.v());
-  full.set_updates(opt_->updates());
-}
-
-void ZeroShard::scatter_state(const AdamW& full) {
-  for (const Bucket& b : buckets_) {
-    const std::size_t lo = block_begin(b), hi = block_end(b);
-    const std::pair<float*, const float*> moments[] = {{opt_->m(), full.m()},
-                                                       {opt_->v(), full.v()}};
-    for (auto [dst, src] : moments) {
-      std::copy(src + lo, src + hi, dst + b.shard_offset);
-      std::fill(dst + b.shard_offset + (hi - lo), dst + b.shard_offset + b.each, 0.0f);
+std::vector<OptimizerState::Run> ZeroShard::runs(std::size_t tensor) {
+  std::vector<Run> out;
+  for (const Piece& p : pieces_) {
+    if (p.tensor == tensor) {
+      out.push_back({p.begin, p.size, opt_->m() + p.shard_offset, opt_->v() + p.shard_offset});
     }
   }
-  opt_->set_updates(full.updates());
+  return out;
 }
 
 } // namespace pt

@@ -19,7 +19,7 @@
 
 namespace pt {
 
-class ZeroShard {
+class ZeroShard final : public OptimizerState {
 public:
   // Collective over dp (every rank of it makes one per chunk, in the same order).
   ZeroShard(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
@@ -36,14 +36,16 @@ public:
   // run's place in shard_grads() (for the gradient norm).
   struct Piece {
     std::size_t tensor = 0, shard_offset = 0, size = 0;
+    std::size_t begin = 0; // the run's first element in the tensor
   };
   const std::vector<Piece>& pieces() const { return pieces_; }
   const float* shard_grads() const { return grads_.data(); }
 
-  // Checkpoints hold the whole moments: `full` (an AdamW over the whole layout) gets every
-  // rank's blocks, and back. Collective over dp.
-  void gather_state(AdamW& full);
-  void scatter_state(const AdamW& full);
+  // What a checkpoint writes and reads of this rank: its pieces' moments, in place.
+  int updates() const override { return opt_->updates(); }
+  void set_updates(int t) override { opt_->set_updates(t); }
+  std::vector<Run> runs(std::size_t tensor) override;
+  bool sharded() const override { return true; }
 
 private:
   struct Bucket {

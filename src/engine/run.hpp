@@ -30,7 +30,8 @@ namespace pt {
 const Backend& open_backend(const RunConfig& cfg, MPI_Comm world);
 
 // Per chunk, the tensors its gradient norm counts (shards on every tp rank, replicated tensors
-// on tp rank 0: each element once): their index in model order, offset and size.
+// on tp rank 0: each element once): their index in model order, offset and size in the chunk's
+// gradients (under ZeRO-1: the pieces of this rank's shard, offsets in the shard).
 struct NormTensors {
   std::vector<std::size_t> index, offset, size;
   std::vector<double> sums; // scratch: one sum of squares per tensor

@@ -182,11 +182,21 @@ void make_chunks(Run& run) {
   run.norm_tensors.resize(run.chunks.size());
   for (std::size_t k = 0; k < run.chunks.size(); ++k) {
     NormTensors& nt = run.norm_tensors[k];
-    for (const auto& tensor : run.chunks[k]->layout().tensors()) {
-      if (!run.chunks[k]->counts_in_norm(tensor)) continue;
-      nt.index.push_back(run.tensor_index.at(tensor.name));
-      nt.offset.push_back(tensor.offset);
-      nt.size.push_back(tensor.size);
+    const std::vector<ParamTensor>& tensors = run.chunks[k]->layout().tensors();
+    if (!run.zero.empty()) { // ZeRO-1: this rank's pieces of the summed gradients' shard
+      for (const ZeroShard::Piece& piece : run.zero[k]->pieces()) {
+        if (!run.chunks[k]->counts_in_norm(tensors[piece.tensor])) continue;
+        nt.index.push_back(run.tensor_index.at(tensors[piece.tensor].name));
+        nt.offset.push_back(piece.shard_offset);
+        nt.size.push_back(piece.size);
+      }
+    } else {
+      for (const auto& tensor : tensors) {
+        if (!run.chunks[k]->counts_in_norm(tensor)) continue;
+        nt.index.push_back(run.tensor_index.at(tensor.name));
+        nt.offset.push_back(tensor.offset);
+        nt.size.push_back(tensor.size);
+      }
     }
     nt.sums.resize(nt.index.size());
   }

@@ -106,26 +106,17 @@ struct Agreement {
   int stop = 0;           // SIGTERM or SIGUSR1 if any rank has seen one, else 0
 };
 
-// This rank's sums of squares per tensor (in model order) into sq; one backend call per chunk.
+// This rank's sums of squares per tensor (in model order) added into sq; one backend call per
+// chunk, over its whole gradients or, under ZeRO-1, its pieces of the summed shard.
 void local_norm_squares(Run& run, double* sq) {
+  const bool zero = !run.zero.empty();
+  if (!zero && run.layout.coords().dp != 0) return; // the dp replicas' gradients are equal
   for (std::size_t k = 0; k < run.chunks.size(); ++k) {
     NormTensors& nt = run.norm_tensors[k];
-    if (!run.zero.empty()) { // ZeRO-1: this rank's blocks of each tensor
-      const GptStage& chunk = *run.chunks[k];
-      for (const ZeroShard::Piece& piece : run.zero[k]->pieces()) {
-        const ParamTensor& t = chunk.layout().tensors()[piece.tensor];
-        if (!chunk.counts_in_norm(t)) continue;
-        const float* g = run.zero[k]->shard_grads() + piece.shard_offset;
-        double s = 0.0;
-        for (std::size_t i = 0; i < piece.size; ++i) s += static_cast<double>(g[i]) * g[i];
-        sq[run.tensor_index.at(t.name)] += s;
-      }
-      continue;
-    }
-    if (run.layout.coords().dp != 0) continue; // the dp replicas' gradients are equal
-    run.be.sum_squares_each(nt.sums.data(), run.chunks[k]->grads(), nt.offset.data(),
-                            nt.size.data(), static_cast<int>(nt.index.size()));
-    for (std::size_t i = 0; i < nt.index.size(); ++i) sq[nt.index[i]] = nt.sums[i];
+    const float* g = zero ? run.zero[k]->shard_grads() : run.chunks[k]->grads();
+    run.be.sum_squares_each(nt.sums.data(), g, nt.offset.data(), nt.size.data(),
+                            static_cast<int>(nt.index.size()));
+    for (std::size_t i = 0; i < nt.index.size(); ++i) sq[nt.index[i]] += nt.sums[i];
   }
 }
 

@@ -19,33 +19,18 @@ namespace {
 
 constexpr std::uint64_t kValidationStream = 0x76616c69646174ULL; // "validat": sampler stream
 
-// The run's checkpoints: where it resumes, and each save.
+// The run's checkpoints: where it resumes, and each save. Each rank reads and writes its own
+// optimizer state in place: AdamW's moments, or under ZeRO-1 its shard of them.
 struct Checkpoints {
   Run& run;
   Shards shards;
   TrainState state;
 
-  // ZeRO-1: files hold the whole moments; they are gathered from (or scattered to) the shards
-  // through whole-size optimizers that exist only while a checkpoint is written or read.
-  std::vector<std::unique_ptr<AdamW>> whole_state() {
-    std::vector<std::unique_ptr<AdamW>> opts;
-    for (auto& c : run.chunks) opts.push_back(std::make_unique<AdamW>(c->layout(), run.cfg.train));
-    return opts;
-  }
-
   // Steps done before this run (checkpoint.resume), printed when resumed.
   int resume() {
     const double t0 = wall_time();
     std::string from;
-    const CheckpointConfig& ck = run.cfg.checkpoint;
-    const bool may_read = ck.enabled && ck.resume != "none";
-    std::vector<std::unique_ptr<AdamW>> whole;
-    if (!run.zero.empty() && may_read) whole = whole_state();
-    const bool resumed =
-        pt::resume(run.cfg, run.layout, run.watchdog,
-                   run.zero.empty() ? shards : Shards{run.chunks, whole}, state, from);
-    for (std::size_t c = 0; resumed && c < run.zero.size(); ++c)
-      run.zero[c]->scatter_state(*whole[c]);
+    const bool resumed = pt::resume(run.cfg, run.layout, run.watchdog, shards, state, from);
     if (resumed && run.layout.rank() == 0) {
       std::printf("resumed from %s (read in %.2f s): %d of %d steps done\n", from.c_str(),
                   wall_time() - t0, state.step, run.cfg.train.steps);
@@ -61,12 +46,8 @@ struct Checkpoints {
         static_cast<long long>(steps_done) * run.cfg.train.global_batch * run.cfg.model.seq_len;
     state.lr = lr;
     const double t0 = wall_time();
-    std::vector<std::unique_ptr<AdamW>> whole =
-        run.zero.empty() ? decltype(whole)() : whole_state();
-    for (std::size_t c = 0; c < run.zero.size(); ++c) run.zero[c]->gather_state(*whole[c]);
-    const std::string path = write_checkpoint(run.cfg, run.layout, run.watchdog,
-                                              run.zero.empty() ? shards : Shards{run.chunks, whole},
-                                              run.plan.layers, state);
+    const std::string path =
+        write_checkpoint(run.cfg, run.layout, run.watchdog, shards, run.plan.layers, state);
     if (run.layout.rank() == 0) {
       std::printf("checkpoint %s written in %.2f s\n", path.c_str(), wall_time() - t0);
       std::fflush(stdout);
@@ -120,8 +101,11 @@ void print_stopping(const Run& run, int step, int stop) {
 TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   Run run(cfg, layout, plan);
   print_run_header(run);
-  Checkpoints checkpoints{
-      run, Shards{run.chunks, run.opts, run.older.empty() ? nullptr : &run.older}, {}};
+  Checkpoints checkpoints{run,
+                          Shards{run.chunks,
+                                 run.zero.empty() ? states_of(run.opts) : states_of(run.zero),
+                                 run.older.empty() ? nullptr : &run.older},
+                          {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();
   TrainResult result;

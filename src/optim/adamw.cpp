@@ -16,7 +16,15 @@ std::vector<AdamSegment> tensor_segments(const ParamLayout& layout) {
 } // namespace
 
 AdamW::AdamW(const ParamLayout& layout, const TrainConfig& t, const Backend& backend)
-    : AdamW(tensor_segments(layout), layout.total(), t, backend) {}
+    : AdamW(tensor_segments(layout), layout.total(), t, backend) {
+  per_tensor_ = true;
+}
+
+std::vector<OptimizerState::Run> AdamW::runs(std::size_t tensor) {
+  if (!per_tensor_) return {};
+  const AdamSegment& s = segments_.at(tensor);
+  return {Run{0, s.size, m_.data() + s.state_offset, v_.data() + s.state_offset}};
+}
 
 AdamW::AdamW(std::vector<AdamSegment> segments, std::size_t state_size, const TrainConfig& t,
              const Backend& backend)

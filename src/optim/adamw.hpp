@@ -8,6 +8,7 @@
 #include "backend.hpp"
 #include "config/run_config.hpp"
 #include "model/param_layout.hpp"
+#include "optim/optimizer_state.hpp"
 #include "util/buffer.hpp"
 
 namespace pt {
@@ -15,7 +16,7 @@ namespace pt {
 // A run of parameters AdamW updates together (kernels/ops.hpp).
 using AdamSegment = ops::AdamWSegment;
 
-class AdamW {
+class AdamW final : public OptimizerState {
 public:
   // The moments live in `backend`'s memory, next to the parameters they update. Every tensor of
   // the layout, its moments and gradients at its own offset.
@@ -28,8 +29,12 @@ public:
   // grad_scale first (clipping). Finished when it returns.
   void step(float* params, const float* grads, double lr, float grad_scale);
 
-  int updates() const { return t_; }  // updates applied so far
-  void set_updates(int t) { t_ = t; } // after loading a checkpoint
+  int updates() const override { return t_; }
+  void set_updates(int t) override { t_ = t; }
+  // Made from a layout: tensor i's moments, whole (one run); otherwise none (ZeRO-1's shard is
+  // the state a checkpoint sees, comm/zero.hpp).
+  std::vector<Run> runs(std::size_t tensor) override;
+  bool sharded() const override { return false; }
   float* m() { return m_.data(); }
   float* v() { return v_.data(); }
   const float* m() const { return m_.data(); }
@@ -42,6 +47,7 @@ private:
   double beta1_, beta2_, eps_, weight_decay_;
   FloatBuffer m_, v_;
   int t_ = 0;
+  bool per_tensor_ = false; // segments_[i] is tensor i of a layout
 };
 
 } // namespace pt

@@ -135,7 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   keep_input(data, size);
   try {
     const pt::TrainState st = pt::read_checkpoint(r.path, r.cfg, *r.layout, pt::Watchdog::none(),
-                                                  pt::Shards{r.chunks, r.opts});
+                                                  pt::Shards{r.chunks, pt::states_of(r.opts)});
     if (fuzz::verbose()) std::fprintf(stderr, "loaded: step %d\n", st.step);
     if (st.step < 0) fuzz::finding("accepted a negative step", std::to_string(st.step));
     for (const auto& o : r.opts) {
