@@ -5,6 +5,7 @@
 #include <map>
 
 #include "comm/watchdog.hpp"
+#include "util/buffer.hpp"
 #include "util/clock.hpp"
 #include "util/errors.hpp"
 
@@ -23,7 +24,8 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t buck
   std::vector<std::pair<std::size_t, std::size_t>> edges;
   for (const ParamTensor& t : layout.tensors()) {
     // with the alignment padding, so that neighbouring tensors' ranges touch
-    const std::size_t lo = t.offset, hi = t.offset + (t.size + 15) / 16 * 16;
+    const std::size_t lo = t.offset,
+                      hi = t.offset + aligned_bytes(t.size * sizeof(float)) / sizeof(float);
     if (t.layer < 0) {
       if (!edges.empty() && edges.back().second == lo && hi - edges.back().first <= cap) {
         edges.back().second = hi;

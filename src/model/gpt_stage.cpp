@@ -36,6 +36,7 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       grads_(layout_.total(), mem_), d_fch_gelu_(static_cast<std::size_t>(N_) * F_, mem_),
       d_atty_(static_cast<std::size_t>(N_) * Ct_, mem_),
       att_scratch_(static_cast<std::size_t>(T_) * T_, mem_), recompute_(recompute) {
+  find_tensors();
   if (recompute_ == Recompute::selective) {
     att_work_ = FloatBuffer(be_.attention_floats(B_, T_, Ct_, NH_), mem_);
   } else if (recompute_ == Recompute::full) {
@@ -91,28 +92,43 @@ void GptStage::sum_sequence_parallel_grads() {
   if (!sp_) return;
   be_.synchronize();
   for (const auto& t : layout_.tensors()) { // the norms: ln1, ln2 of each block and lnf
-    const bool norm =
-        t.name.find("ln") != std::string::npos && t.name.find("lm_head") == std::string::npos;
-    if (norm) tp_sum(grads_.data() + t.offset, t.size);
+    if (t.norm) tp_sum(grads_.data() + t.offset, t.size);
+  }
+}
+
+void GptStage::find_tensors() {
+  static const char* const kBlock[12] = {"ln1/weight",    "ln1/bias",         "attn/qkv/weight",
+                                         "attn/qkv/bias", "attn/proj/weight", "attn/proj/bias",
+                                         "ln2/weight",    "ln2/bias",         "mlp/fc/weight",
+                                         "mlp/fc/bias",   "mlp/proj/weight",  "mlp/proj/bias"};
+  for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
+    const std::string p = layer_prefix(l);
+    std::array<std::size_t, 12> o{};
+    for (std::size_t k = 0; k < o.size(); ++k) o[k] = layout_.at(p + kBlock[k]).offset;
+    block_offsets_.push_back(o);
+  }
+  static const char* const kEdges[5] = {"wte", "wpe", "lnf/weight", "lnf/bias", "lm_head/weight"};
+  for (std::size_t k = 0; k < edge_offsets_.size(); ++k) {
+    edge_offsets_[k] = layout_.has(kEdges[k]) ? layout_.at(kEdges[k]).offset : kNone;
   }
 }
 
 BlockTensors GptStage::block(float* base, int layer) const {
-  const std::string p = layer_prefix(layer);
-  auto at = [&](const char* n) { return base + layout_.at(p + n).offset; };
-  return {at("ln1/weight"),       at("ln1/bias"),       at("attn/qkv/weight"), at("attn/qkv/bias"),
-          at("attn/proj/weight"), at("attn/proj/bias"), at("ln2/weight"),      at("ln2/bias"),
-          at("mlp/fc/weight"),    at("mlp/fc/bias"),    at("mlp/proj/weight"), at("mlp/proj/bias")};
+  const auto& o = block_offsets_[static_cast<std::size_t>(layer - spec_.layer_begin)];
+  return {base + o[0], base + o[1], base + o[2], base + o[3], base + o[4],  base + o[5],
+          base + o[6], base + o[7], base + o[8], base + o[9], base + o[10], base + o[11]};
 }
 
 EdgeTensors GptStage::edges(float* base) const {
+  auto at = [&](std::size_t k) {
+    return edge_offsets_[k] == kNone ? nullptr : base + edge_offsets_[k];
+  };
   EdgeTensors e;
-  auto opt = [&](const char* n) { return layout_.has(n) ? base + layout_.at(n).offset : nullptr; };
-  e.wte = opt("wte");
-  e.wpe = opt("wpe");
-  e.lnf_w = opt("lnf/weight");
-  e.lnf_b = opt("lnf/bias");
-  e.lm_head = model_.tie_embeddings ? e.wte : opt("lm_head/weight");
+  e.wte = at(0);
+  e.wpe = at(1);
+  e.lnf_w = at(2);
+  e.lnf_b = at(3);
+  e.lm_head = model_.tie_embeddings ? e.wte : at(4);
   return e;
 }
 
@@ -122,11 +138,9 @@ void GptStage::init_parameters(std::uint64_t seed) {
   float* base = be_.on_host() ? params_.data() : host.data();
   for (const auto& t : layout_.tensors()) {
     float* p = base + t.offset;
-    const bool is_norm =
-        t.name.find("ln") != std::string::npos && t.name.find("lm_head") == std::string::npos;
     if (ends_with(t.name, "bias")) {
       std::fill(p, p + t.size, 0.0f);
-    } else if (is_norm) {
+    } else if (t.norm) {
       std::fill(p, p + t.size, 1.0f);
     } else {
       const bool resid =
@@ -154,7 +168,7 @@ void GptStage::zero_grads() {
 
 void GptStage::fold_tied_head_grad() {
   if (head_grad_.size() == 0) return;
-  float* dwte = grads_.data() + layout_.at("wte").offset;
+  float* dwte = edges(grads_.data()).wte;
   if (spec_.first) {
     be_.accumulate(dwte, head_grad_.data(), head_grad_.size());
   } else {

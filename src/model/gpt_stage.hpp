@@ -9,6 +9,8 @@
 // holds rows [rank*R, (rank+1)*R) of every (N,C) residual-stream buffer (marked (R,C) below).
 #pragma once
 
+#include <array>
+
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -184,6 +186,7 @@ public:
   void set_weight_grad_hook(std::function<void(int)> hook) { weight_grad_hook_ = std::move(hook); }
 
 private:
+  void find_tensors(); // fills block_offsets_ and edge_offsets_
   BlockTensors block(float* base, int layer) const;
   EdgeTensors edges(float* base) const;
   const float* block_input(const StageActivations& a, int i) const;
@@ -247,6 +250,12 @@ private:
   StageStash fused_;               // one block's stash, reused by backward() block after block
   FloatBuffer head_grad_;          // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
   std::vector<float> losses_host_; // (N) a device backend's losses, read back by forward()
+  // Found by name once, at construction: per block of the stage its 12 tensors' offsets in the
+  // flat buffers (BlockTensors' order), and the edge tensors' (kNone where the stage has none).
+  // The step path takes its pointers from here.
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::vector<std::array<std::size_t, 12>> block_offsets_;
+  std::array<std::size_t, 5> edge_offsets_{}; // wte, wpe, lnf weight, lnf bias, lm_head
 };
 
 } // namespace pt

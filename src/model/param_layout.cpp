@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "util/buffer.hpp"
+
 namespace pt {
 
 std::string layer_prefix(int layer) {
@@ -26,8 +28,10 @@ void ParamLayout::add(std::string name, std::vector<int> global_shape, bool deca
   t.offset = total_;
   t.decay = decay;
   t.layer = layer;
-  // keep every tensor 64-byte aligned inside the flat buffer
-  total_ += (t.size + 15) / 16 * 16;
+  // every tensor starts on the buffers' alignment inside the flat buffer
+  total_ += aligned_bytes(t.size * sizeof(float)) / sizeof(float);
+  t.norm = t.name.find("ln1/") != std::string::npos || t.name.find("ln2/") != std::string::npos ||
+           t.name.rfind("lnf/", 0) == 0;
   tensors_.push_back(std::move(t));
 }
 

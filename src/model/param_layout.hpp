@@ -19,6 +19,7 @@ struct ParamTensor {
   std::size_t size = 0;
   bool decay = false; // weight decay applies (matrices and embeddings, not biases or norms)
   int layer = -1;     // transformer layer, -1 for embeddings / final norm / head
+  bool norm = false;  // a LayerNorm's weight or bias (ln1, ln2, lnf)
   // Tensor parallelism: -1 replicated on every tp rank; 0 rows split; 1 columns split. A row
   // split in `parts` parts gives each tp rank its share of every part (qkv: its heads' rows of
   // q, of k and of v).

@@ -1,5 +1,7 @@
 #include "plan/memory.hpp"
 
+#include "util/buffer.hpp"
+
 #include <mpi.h>
 #include <unistd.h>
 
@@ -32,9 +34,9 @@ using schedule::Op;
 // MPI, BLAS, CUDA and what the memory model does not count (docs/memory.md).
 constexpr double kUsable = 0.9;
 
-// Bytes of a Buffer of n floats (or int32): util/buffer.hpp rounds to 64.
+// Bytes of a Buffer of n floats (or int32), as util/buffer.hpp allocates them.
 double buf(double n) {
-  return static_cast<double>((static_cast<std::size_t>(n) * 4 + 63) / 64 * 64);
+  return static_cast<double>(aligned_bytes(static_cast<std::size_t>(n) * 4));
 }
 
 // The shapes of one stage of this rank (gpt_stage.hpp's letters).

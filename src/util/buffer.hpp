@@ -1,4 +1,4 @@
-// A zero-initialized array in a backend's memory: 64-byte aligned host memory by default, or
+// A zero-initialized array in a backend's memory: kAlignBytes-aligned host memory by default, or
 // whatever a Memory allocates (kernels/backend.hpp: GPU device memory). Movable, not copyable.
 // Its bytes count in memory_count (the measured memory).
 #pragma once
@@ -13,6 +13,13 @@
 
 namespace pt {
 
+// Every buffer, and every tensor inside the flat parameter buffers, starts on this boundary
+// (a cache line; what vector loads and cuBLAS want). The memory model counts with it too.
+inline constexpr std::size_t kAlignBytes = 64;
+inline constexpr std::size_t aligned_bytes(std::size_t bytes) {
+  return (bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+}
+
 // How a backend allocates its buffers; both null: the host's aligned_alloc / free.
 struct Memory {
   void* (*alloc)(std::size_t bytes) = nullptr; // returns zeroed memory or throws
@@ -23,14 +30,14 @@ template <class T> class Buffer {
 public:
   Buffer() = default;
   explicit Buffer(std::size_t n, const Memory& mem = {})
-      : data_(nullptr, Free{mem.release, (n * sizeof(T) + 63) / 64 * 64}), n_(n) {
+      : data_(nullptr, Free{mem.release, aligned_bytes(n * sizeof(T))}), n_(n) {
     if (n == 0) return;
-    const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    const std::size_t bytes = aligned_bytes(n * sizeof(T));
     void* p = nullptr;
     if (mem.alloc != nullptr) {
       p = mem.alloc(bytes);
     } else {
-      p = std::aligned_alloc(64, bytes);
+      p = std::aligned_alloc(kAlignBytes, bytes);
       if (p == nullptr) throw std::bad_alloc();
       std::memset(p, 0, bytes);
     }
