@@ -11,7 +11,7 @@
 #include "comm/watchdog.hpp"
 #include "config/run_config.hpp"
 #include "model/gpt_stage.hpp"
-#include "optim/optimizer_state.hpp"
+#include "optim/optimizer.hpp"
 
 namespace pt {
 
@@ -27,7 +27,7 @@ struct TrainState {
 // AdamW's whole moments, or ZeRO-1's shard of them (written and read in place).
 struct Shards {
   std::vector<std::unique_ptr<GptStage>>& chunks;
-  std::vector<OptimizerState*> opts;
+  std::vector<Optimizer*> opts;
   // schedule = "2bw": per chunk, the weights one version older (/model_prev); null otherwise
   std::vector<FloatBuffer>* older = nullptr;
   int sections() const { return older != nullptr ? 4 : 3; }

@@ -35,7 +35,7 @@ std::vector<Slice> slices(const Local& l, int sec) {
   if (sec == 0) return {Slice{0, l.t->size, l.stage->params() + l.t->offset}};
   if (sec == 3) return {Slice{0, l.t->size, l.older + l.t->offset}};
   std::vector<Slice> out;
-  for (const OptimizerState::Run& r : l.opt->runs(l.index)) {
+  for (const Optimizer::Run& r : l.opt->runs(l.index)) {
     out.push_back({r.begin, r.size, sec == 1 ? r.m : r.v});
   }
   return out;

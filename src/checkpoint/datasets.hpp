@@ -24,7 +24,7 @@ ParamLayout whole_layout(const ModelConfig& m);
 // This rank's copies of a tensor (a rank may hold none, or two with tied wte on two chunks).
 struct Local {
   GptStage* stage;
-  OptimizerState* opt;
+  Optimizer* opt;
   const ParamTensor* t;
   std::size_t index; // t's index in the chunk's layout
   float* older;      // 2bw's older weights of the chunk, or null

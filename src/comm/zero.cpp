@@ -63,7 +63,7 @@ void ZeroShard::gather(const float* shard, float* flat) {
   }
 }
 
-void ZeroShard::step(float* params, double lr, float grad_scale) {
+void ZeroShard::step(float* params, const float* /*grads*/, double lr, float grad_scale) {
   opt_->step(params, grads_.data(), lr, grad_scale);
   // this rank's updated blocks, laid out as the shard (the moments' scratch is free to reuse:
   // the gradient buffer, whose sums the update has consumed)
@@ -76,7 +76,7 @@ void ZeroShard::step(float* params, double lr, float grad_scale) {
   gather(grads_.data(), params);
 }
 
-std::vector<OptimizerState::Run> ZeroShard::runs(std::size_t tensor) {
+std::vector<Optimizer::Run> ZeroShard::runs(std::size_t tensor) {
   std::vector<Run> out;
   for (const Piece& p : pieces_) {
     if (p.tensor == tensor) {

@@ -19,7 +19,7 @@
 
 namespace pt {
 
-class ZeroShard final : public OptimizerState {
+class ZeroShard final : public Optimizer {
 public:
   // Collective over dp (every rank of it makes one per chunk, in the same order).
   ZeroShard(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
@@ -28,9 +28,9 @@ public:
   // grads: the chunk's flat gradients of this rank's micro-batches. Afterwards shard_grads()
   // holds this rank's blocks summed over the dp group.
   void reduce(const float* grads);
-  // AdamW on this rank's blocks (gradients times grad_scale), then every rank's updated blocks
-  // into params.
-  void step(float* params, double lr, float grad_scale);
+  // AdamW on this rank's blocks of the summed gradients (reduce(); times grad_scale; `grads`
+  // is not read), then every rank's updated blocks into params.
+  void step(float* params, const float* grads, double lr, float grad_scale) override;
 
   // A run of this rank's blocks inside one tensor: the tensor's index in the layout and the
   // run's place in shard_grads() (for the gradient norm).

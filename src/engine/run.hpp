@@ -55,14 +55,15 @@ struct Run {
   std::unique_ptr<GroupReducer> tp_reduce; // tp > 1; shared by the chunks (one at a time)
   std::unique_ptr<GroupReducer> embedding_reduce; // tied embedding across the first/last stage
   std::vector<std::unique_ptr<GptStage>> chunks;  // chunk c: plan.schedule.stage_of(pp rank, c)
-  std::vector<std::unique_ptr<AdamW>> opts;
-  ParamLayout whole; // every tensor of the model, in model order
+  std::vector<std::unique_ptr<Optimizer>> opts;   // per chunk: AdamW, or ZeRO-1's ZeroShard
+  ParamLayout whole;                              // every tensor of the model, in model order
   std::map<std::string, std::size_t> tensor_index;
   std::vector<NormTensors> norm_tensors; // per chunk
   std::unique_ptr<PipelineEngine> engine;
   std::vector<std::unique_ptr<GradSync>> syncs; // per chunk; none without data parallelism
-  // parallel.zero = 1: per chunk, its ZeRO-1 shard (in place of opts and syncs)
-  std::vector<std::unique_ptr<ZeroShard>> zero;
+  // parallel.zero = 1: per chunk, opts[c] as the ZeRO-1 shard it is (its reduce-scatter and
+  // pieces take the place of syncs)
+  std::vector<ZeroShard*> zero;
   // schedule = "2bw": per chunk, the weights one version older than its params() (W(u-1) where
   // params() holds W(u), u = newest, the optimizer steps done), for the micro-batches in flight
   std::vector<FloatBuffer> older;
@@ -105,7 +106,7 @@ struct RunTotals {
   double first_dt = 0.0; // this run's first step
   double ema = 0.0;      // smoothed step time, for the ETA
   double final_loss = 0.0;
-  GradSyncStats comm; // max over ranks per step, summed
+  GradSyncStats comm; // this rank's, summed over the steps (reduced over ranks at the end)
   // the most collectives (Watchdog::collectives) one step made among the steps that neither log,
   // validate nor checkpoint; -1 when there was none
   long quiet_collectives = -1;

@@ -169,9 +169,11 @@ void make_chunks(Run& run) {
       run.older.emplace_back(run.chunks.back()->num_params(), Memory{run.be.alloc, run.be.release});
     }
     if (cfg.parallel.zero == 1) {
-      run.zero.push_back(std::make_unique<ZeroShard>(
+      auto shard = std::make_unique<ZeroShard>(
           run.chunks.back()->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0),
-          layout.dp_comm(), run.watchdog, cfg.train));
+          layout.dp_comm(), run.watchdog, cfg.train);
+      run.zero.push_back(shard.get());
+      run.opts.push_back(std::move(shard));
     } else {
       run.opts.push_back(std::make_unique<AdamW>(run.chunks.back()->layout(), cfg.train, run.be));
     }
@@ -183,7 +185,7 @@ void make_chunks(Run& run) {
   for (std::size_t k = 0; k < run.chunks.size(); ++k) {
     NormTensors& nt = run.norm_tensors[k];
     const std::vector<ParamTensor>& tensors = run.chunks[k]->layout().tensors();
-    if (!run.zero.empty()) { // ZeRO-1: this rank's pieces of the summed gradients' shard
+    if (cfg.parallel.zero == 1) { // ZeRO-1: this rank's pieces of the summed gradients' shard
       for (const ZeroShard::Piece& piece : run.zero[k]->pieces()) {
         if (!run.chunks[k]->counts_in_norm(tensors[piece.tensor])) continue;
         nt.index.push_back(run.tensor_index.at(tensors[piece.tensor].name));

@@ -86,7 +86,7 @@ void finish_gradients_zero(Run& run, GradSyncStats& comm) {
 // (after the dp sum: buckets may be in flight until then), the tied embedding summed over its
 // two stages.
 void finish_gradients(Run& run, GradSyncStats& comm) {
-  if (!run.zero.empty()) return finish_gradients_zero(run, comm);
+  if (run.cfg.parallel.zero == 1) return finish_gradients_zero(run, comm);
   for (std::size_t c = 0; c < run.chunks.size(); ++c) {
     run.chunks[c]->fold_tied_head_grad();
     if (!run.syncs.empty()) run.syncs[c]->finish(comm);
@@ -109,7 +109,7 @@ struct Agreement {
 // This rank's sums of squares per tensor (in model order) added into sq; one backend call per
 // chunk, over its whole gradients or, under ZeRO-1, its pieces of the summed shard.
 void local_norm_squares(Run& run, double* sq) {
-  const bool zero = !run.zero.empty();
+  const bool zero = run.cfg.parallel.zero == 1;
   if (!zero && run.layout.coords().dp != 0) return; // the dp replicas' gradients are equal
   for (std::size_t k = 0; k < run.chunks.size(); ++k) {
     NormTensors& nt = run.norm_tensors[k];
@@ -149,8 +149,8 @@ Agreement agree_after_schedule(Run& run, double loss, int signal) {
 
 // SIGTERM / SIGUSR1 (what Slurm sends ahead of the time limit with --signal) ask the run to
 // finish the step, checkpoint and exit 0. main() blocks both in every thread before MPI starts;
-// they stay pending until this poll collects them after a step, so no handler ever runs inside
-// MPI, PMIx or BLAS code. Returns the signal, or 0.
+// they stay pending until this poll collects them after a step's schedule, so no handler ever runs
+// inside MPI, PMIx or BLAS code. Returns the signal, or 0.
 int poll_stop_signal() {
   sigset_t set;
   sigemptyset(&set);
@@ -201,11 +201,7 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, in
     ++run.newest;
   }
   for (std::size_t c = 0; c < run.chunks.size(); ++c) {
-    if (!run.zero.empty()) {
-      run.zero[c]->step(run.chunks[c]->params(), r.lr, grad_scale);
-    } else {
-      run.opts[c]->step(run.chunks[c]->params(), run.chunks[c]->grads(), r.lr, grad_scale);
-    }
+    run.opts[c]->step(run.chunks[c]->params(), run.chunks[c]->grads(), r.lr, grad_scale);
   }
   run.trace.add("optimizer", t_update, wall_time(), step); // loss, norm, clipping, AdamW
   r.seconds = wall_time() - t0;

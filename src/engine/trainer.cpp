@@ -101,11 +101,8 @@ void print_stopping(const Run& run, int step, int stop) {
 TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   Run run(cfg, layout, plan);
   print_run_header(run);
-  Checkpoints checkpoints{run,
-                          Shards{run.chunks,
-                                 run.zero.empty() ? states_of(run.opts) : states_of(run.zero),
-                                 run.older.empty() ? nullptr : &run.older},
-                          {}};
+  Checkpoints checkpoints{
+      run, Shards{run.chunks, states_of(run.opts), run.older.empty() ? nullptr : &run.older}, {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();
   TrainResult result;

@@ -20,7 +20,7 @@ AdamW::AdamW(const ParamLayout& layout, const TrainConfig& t, const Backend& bac
   per_tensor_ = true;
 }
 
-std::vector<OptimizerState::Run> AdamW::runs(std::size_t tensor) {
+std::vector<Optimizer::Run> AdamW::runs(std::size_t tensor) {
   if (!per_tensor_) return {};
   const AdamSegment& s = segments_.at(tensor);
   return {Run{0, s.size, m_.data() + s.state_offset, v_.data() + s.state_offset}};

@@ -8,7 +8,7 @@
 #include "backend.hpp"
 #include "config/run_config.hpp"
 #include "model/param_layout.hpp"
-#include "optim/optimizer_state.hpp"
+#include "optim/optimizer.hpp"
 #include "util/buffer.hpp"
 
 namespace pt {
@@ -16,7 +16,7 @@ namespace pt {
 // A run of parameters AdamW updates together (kernels/ops.hpp).
 using AdamSegment = ops::AdamWSegment;
 
-class AdamW final : public OptimizerState {
+class AdamW final : public Optimizer {
 public:
   // The moments live in `backend`'s memory, next to the parameters they update. Every tensor of
   // the layout, its moments and gradients at its own offset.
@@ -27,7 +27,7 @@ public:
 
   // One update with learning rate `lr`; grads (indexed like the moments) are multiplied by
   // grad_scale first (clipping). Finished when it returns.
-  void step(float* params, const float* grads, double lr, float grad_scale);
+  void step(float* params, const float* grads, double lr, float grad_scale) override;
 
   int updates() const override { return t_; }
   void set_updates(int t) override { t_ = t; }

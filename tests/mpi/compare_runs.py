@@ -50,6 +50,10 @@ worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
 for s in sorted(a):
     print(f"step {s:3d}  {a[s]:.9f}  {b[s]:.9f}")
 print(f"losses: worst relative difference {worst:.2e} (tolerance {tol:.0e}) over {len(a)} steps")
+first = next((s for s in sorted(a) if abs(a[s] - b[s]) / abs(a[s]) > tol), None)
+if first is not None:
+    print(f"FAIL: the first step whose loss differs is step {first}: {a[first]:.9f} vs "
+          f"{b[first]:.9f}")
 if a[max(a)] >= a[min(a)]:
     sys.exit("FAIL: the loss did not fall, so agreement proves little")
 fail = worst > tol
@@ -57,12 +61,15 @@ if not losses_only and (pa is not None or pb is not None):
     if pa is None or pb is None or sorted(pa) != sorted(pb):
         sys.exit("FAIL: final parameters missing or naming different tensors")
     sq_worst, proj_worst, proj_name, d2, n2 = 0.0, 0.0, "", 0.0, 0.0
+    differ = [name for name in pa if tol == 0 and pa[name][0] != pb[name][0]]  # model order
+    if differ:
+        print(f"FAIL: the final parameters' bytes differ in {len(differ)} of {len(pa)} tensors, "
+              f"first {differ[0]} (digest {pa[differ[0]][0]} vs {pb[differ[0]][0]})"
+              + (f"; also {', '.join(differ[1:6])}" if len(differ) > 1 else ""))
+        fail = True
     for name in pa:
         da, sa, ja = pa[name]
         db, sb, jb = pb[name]
-        if tol == 0 and da != db:
-            print(f"FAIL: {name}: parameter bytes differ (digest {da} vs {db})")
-            fail = True
         sq_worst = max(sq_worst, abs(sa - sb) / max(abs(sa), 1e-30))
         rel = abs(ja - jb) * 3 ** 0.5 / max(abs(sa) ** 0.5, 1e-30)
         if rel > proj_worst:
