@@ -37,6 +37,30 @@ struct NormTensors {
   std::vector<double> sums; // scratch: one sum of squares per tensor
 };
 
+// PipeDream-2BW's two weight versions (schedule = "2bw", docs/design.md section 6), in one
+// place: per chunk the weights one version older than its params() (W(u-1) where params() holds
+// W(u), u = newest, the optimizer steps done), for the micro-batches still in flight. Empty for
+// every other schedule.
+struct WeightVersions {
+  std::vector<FloatBuffer> older; // per chunk, num_params() floats in the backend's memory
+  int newest = 0;
+  bool on() const { return !older.empty(); }
+  // The weights a micro-batch of optimizer step `step` computes with: W(max(step - 1, 0)), the
+  // older buffer, or nullptr for the chunk's params().
+  float* for_step(int chunk, int step) {
+    const int version = step > 0 ? step - 1 : 0;
+    return version == newest ? nullptr : older[static_cast<std::size_t>(chunk)].data();
+  }
+  // Before an update: W(newest) becomes the older version (the update then makes W(newest + 1)).
+  void keep(const Backend& be, const std::vector<std::unique_ptr<GptStage>>& chunks) {
+    for (std::size_t c = 0; c < older.size(); ++c) {
+      be.copy(older[c].data(), chunks[c]->params(), older[c].bytes());
+    }
+    be.synchronize();
+    ++newest;
+  }
+};
+
 struct Run {
   // Collective over layout.world(): opens the backend, data and metrics log, makes the chunks,
   // optimizers, reducers, pipeline engine and gradient reductions, measures the peak rate.
@@ -64,10 +88,7 @@ struct Run {
   // parallel.zero = 1: per chunk, opts[c] as the ZeRO-1 shard it is (its reduce-scatter and
   // pieces take the place of syncs)
   std::vector<ZeroShard*> zero;
-  // schedule = "2bw": per chunk, the weights one version older than its params() (W(u-1) where
-  // params() holds W(u), u = newest, the optimizer steps done), for the micro-batches in flight
-  std::vector<FloatBuffer> older;
-  int newest = 0;
+  WeightVersions two_bw;    // schedule = "2bw"
   Trace trace;              // log.trace
   double peak_flops = 0.0;  // every rank's measured GEMM rate, summed
   int replicas_checked = 0; // test hook check_tp_replicas
@@ -86,7 +107,7 @@ struct StepResult {
 // One optimizer step (collective): zero the gradients, run the schedule, finish the gradients
 // (tied head, dp reduction, tied embedding), reduce the loss, the global norm and clipping,
 // AdamW. Throws Error(non_finite) before any update when the loss or norm is not finite.
-// drain: 2bw only (PipelineEngine::run); 2bw keeps the pre-update weights in run.older.
+// drain: 2bw only (PipelineEngine::run); 2bw keeps the pre-update weights in run.two_bw.
 // stop_seen: the stop signal this rank has seen (0 if none; polled here if none yet), agreed
 // in the step's one world sum into StepResult::stop; nullptr: not agreed here (2bw).
 StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain = true,

@@ -166,7 +166,8 @@ void make_chunks(Run& run) {
         cfg.train.micro_batch, tp, run.be, cfg.train.recompute));
     run.chunks.back()->init_parameters(cfg.train.seed);
     if (cfg.parallel.schedule == ScheduleKind::two_bw) {
-      run.older.emplace_back(run.chunks.back()->num_params(), Memory{run.be.alloc, run.be.release});
+      run.two_bw.older.emplace_back(run.chunks.back()->num_params(),
+                                    Memory{run.be.alloc, run.be.release});
     }
     if (cfg.parallel.zero == 1) {
       auto shard = std::make_unique<ZeroShard>(
@@ -251,11 +252,9 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
   for (const auto& s : syncs) raw.push_back(s.get());
   engine->set_grad_sync(raw);
   if (cfg.log.trace) engine->set_trace(&trace);
-  if (!older.empty()) { // 2bw: step s computes with W(max(s-1, 0)), params() or older (newest-1)
-    engine->set_weights_for([this](int chunk, int step) -> float* {
-      const int version = std::max(step - 1, 0);
-      return version == newest ? nullptr : older[static_cast<std::size_t>(chunk)].data();
-    });
+  if (two_bw.on()) {
+    engine->set_weights_for(
+        [this](int chunk, int step) -> float* { return two_bw.for_step(chunk, step); });
   }
   // MFU denominator: every rank's measured matrix-product rate (host sgemm, or cuBLAS at the
   // deck's precision), summed. Ranks sharing a GPU each count it: MFU is then understated.

@@ -193,13 +193,7 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, in
     if (coef < 1.0) grad_scale = static_cast<float>(coef);
   }
   r.lr = learning_rate(t, step);
-  if (!run.older.empty()) { // 2bw: W(t) stays for step t+1
-    for (std::size_t c = 0; c < run.older.size(); ++c) {
-      run.be.copy(run.older[c].data(), run.chunks[c]->params(), run.older[c].bytes());
-    }
-    run.be.synchronize();
-    ++run.newest;
-  }
+  if (run.two_bw.on()) run.two_bw.keep(run.be, run.chunks); // 2bw: W(t) stays for step t+1
   for (std::size_t c = 0; c < run.chunks.size(); ++c) {
     run.opts[c]->step(run.chunks[c]->params(), run.chunks[c]->grads(), r.lr, grad_scale);
   }

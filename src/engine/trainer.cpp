@@ -36,7 +36,7 @@ struct Checkpoints {
                   wall_time() - t0, state.step, run.cfg.train.steps);
       std::fflush(stdout);
     }
-    run.newest = state.step; // 2bw: params() holds W(step), the older buffer W(step - 1)
+    run.two_bw.newest = state.step; // 2bw: params() holds W(step), the older buffer W(step - 1)
     return state.step;
   }
 
@@ -102,7 +102,9 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   Run run(cfg, layout, plan);
   print_run_header(run);
   Checkpoints checkpoints{
-      run, Shards{run.chunks, states_of(run.opts), run.older.empty() ? nullptr : &run.older}, {}};
+      run,
+      Shards{run.chunks, states_of(run.opts), run.two_bw.on() ? &run.two_bw.older : nullptr},
+      {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();
   TrainResult result;
