@@ -229,13 +229,12 @@ std::pair<int, int> PipelineEngine::step_of(const Step& st, int mb) const {
   return {mb / m == st.step % 2 ? st.step : st.step + 1, mb % m};
 }
 
-void PipelineEngine::timed(Step& st, int op, const Action& a, const std::function<void()>& fn) {
+void PipelineEngine::timed(Step& st, const Action& a, const std::function<void()>& fn) {
   const double t0 = wall_time();
   fn();
   const double t1 = wall_time();
   st.t.compute_s += t1 - t0;
-  st.t.op_s[op] += t1 - t0;
-  ++st.t.op_n[op];
+  st.t.add(a.op, t1 - t0);
   if (trace_ != nullptr) trace_->add(schedule::op_name(a.op), t0, t1, st.step, a.mb, a.chunk);
 }
 
@@ -274,7 +273,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     Slot& s = acquire(a.chunk, a.mb);
     const auto [step, j] = step_of(st, a.mb);
     if (weights_for_) stage.use_weights(weights_for_(a.chunk, step));
-    return timed(st, 0, a, [&] {
+    return timed(st, a, [&] {
       if (stage.spec().first || stage.spec().last) {
         load_batch(stage, s.acts, st.sampler, step,
                    st.first_sample + static_cast<std::int64_t>(j) * B);
@@ -303,7 +302,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   case Op::B: {
     Slot& s = *live_.at({a.mb, a.chunk});
     if (weights_for_) stage.use_weights(weights_for_(a.chunk, step_of(st, a.mb).first));
-    timed(st, 1, a, [&] {
+    timed(st, a, [&] {
       const float* dout = received_grad(stage, a.mb, a.chunk);
       float* d_input = stage.spec().first ? nullptr : grad_send_buf_.at({a.mb, a.chunk}).data();
       stage.backward(s.acts, dout, loss_scale_, d_input);
@@ -312,7 +311,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   }
   case Op::BI: {
     Slot& s = *live_.at({a.mb, a.chunk});
-    return timed(st, 2, a, [&] {
+    return timed(st, a, [&] {
       const float* dout = received_grad(stage, a.mb, a.chunk);
       stage.backward_input(s.acts, dout, loss_scale_, s.stash);
       if (!stage.spec().first) {
@@ -324,7 +323,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   }
   case Op::BW: {
     Slot& s = *live_.at({a.mb, a.chunk});
-    timed(st, 3, a, [&] { stage.backward_weight(s.acts, s.stash); });
+    timed(st, a, [&] { stage.backward_weight(s.acts, s.stash); });
     return finish_slot(st, a.chunk, a.mb);
   }
   case Op::SEND_GRAD:

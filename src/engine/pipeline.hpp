@@ -28,9 +28,19 @@ struct StepTimes {
   double pipeline_s = 0.0; // from the first to the last action, sends completed
   double compute_s = 0.0;  // F, B, BI, BW
   double wait_s = 0.0;     // receives and send completion
-  // per-op totals and counts, for the simulator's prediction
-  double op_s[4] = {0, 0, 0, 0}; // F, B, BI, BW
-  int op_n[4] = {0, 0, 0, 0};
+  // per compute op (schedule::Op's first four: F, B, BI, BW) its total time and count, for the
+  // simulator's prediction
+  static constexpr int kComputeOps = 4;
+  double op_s[kComputeOps] = {};
+  int op_n[kComputeOps] = {};
+  void add(schedule::Op op, double seconds) {
+    op_s[static_cast<int>(op)] += seconds;
+    ++op_n[static_cast<int>(op)];
+  }
+  double mean_s(schedule::Op op) const {
+    const int k = static_cast<int>(op);
+    return op_n[k] > 0 ? op_s[k] / op_n[k] : 0.0;
+  }
 };
 
 class PipelineEngine {
@@ -77,7 +87,7 @@ private:
   const std::vector<schedule::Action>& step_list(int step, bool drain);
   std::pair<int, int> step_of(const Step& st, int mb) const; // (optimizer step, j) of an id
   // compute (op 0-3: F, B, BI, BW), into st's times and the trace
-  void timed(Step& st, int op, const schedule::Action& a, const std::function<void()>& fn);
+  void timed(Step& st, const schedule::Action& a, const std::function<void()>& fn);
   void waited(Step& st, double seconds, int mb, int chunk); // a wait, likewise
   void finish_slot(Step& st, int chunk, int mb);            // after B/BW: send done, slot free
   Slot& acquire(int chunk, int mb);

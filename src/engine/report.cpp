@@ -29,8 +29,9 @@ std::pair<double, double> bubble_of(Run& run, const StepTimes& times, int step) 
   const std::string what = "the step's bubble metrics (pipeline group)";
   run.watchdog.allreduce(&span, 1, MPI_DOUBLE, MPI_MAX, pp, what);
   run.watchdog.allreduce(&compute, 1, MPI_DOUBLE, MPI_SUM, pp, what);
-  double mine[4];
-  for (int k = 0; k < 4; ++k) mine[k] = times.op_n[k] ? times.op_s[k] / times.op_n[k] : 0.0;
+  using schedule::Op;
+  double mine[4] = {times.mean_s(Op::F), times.mean_s(Op::B), times.mean_s(Op::BI),
+                    times.mean_s(Op::BW)}; // Costs' order
   std::vector<double> all(static_cast<std::size_t>(4 * p));
   run.watchdog.allgather(mine, 4, MPI_DOUBLE, all.data(), pp, what);
   std::vector<schedule::Costs> costs;

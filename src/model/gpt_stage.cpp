@@ -177,73 +177,26 @@ void GptStage::fold_tied_head_grad() {
   be_.synchronize();
 }
 
+StageShapes GptStage::shapes() const {
+  return StageShapes(model_, B_, tp_.size, tp_.sequence_parallel,
+                     be_.attention_floats(B_, T_, Ct_, NH_));
+}
+
 BlockActivations GptStage::make_block_activations() const {
-  const std::size_t N = N_, C = C_, R = R_;
   BlockActivations k;
-  k.ln1 = FloatBuffer(R * C, mem_);
-  k.ln1_mean = FloatBuffer(R, mem_);
-  k.ln1_rstd = FloatBuffer(R, mem_);
-  k.qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_), mem_);
-  k.att = FloatBuffer(be_.attention_floats(B_, T_, Ct_, NH_), mem_);
-  k.atty = FloatBuffer(N * static_cast<std::size_t>(Ct_), mem_);
-  k.res2 = FloatBuffer(R * C, mem_);
-  k.ln2 = FloatBuffer(R * C, mem_);
-  k.ln2_mean = FloatBuffer(R, mem_);
-  k.ln2_rstd = FloatBuffer(R, mem_);
-  k.fch = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
-  k.fch_gelu = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
-  k.out = FloatBuffer(R * C, mem_);
+  block_activation_buffers(k, shapes(), Recompute::none, Allocate{mem_});
   return k;
 }
 
 StageActivations GptStage::make_activations() const {
-  const std::size_t N = N_, C = C_, R = R_;
   StageActivations a;
-  a.tokens = Buffer<std::int32_t>(N, mem_);
-  a.targets = Buffer<std::int32_t>(N, mem_);
-  a.input = FloatBuffer(R * C, mem_);
-  for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
-    if (recompute_ == Recompute::full) { // the block's output only: the next block's input
-      BlockActivations k;
-      k.out = FloatBuffer(R * C, mem_);
-      a.blocks.push_back(std::move(k));
-      continue;
-    }
-    a.blocks.push_back(make_block_activations());
-    if (recompute_ == Recompute::selective) a.blocks.back().att = FloatBuffer();
-  }
-  if (spec_.last) {
-    a.lnf = FloatBuffer(R * C, mem_);
-    a.lnf_mean = FloatBuffer(R, mem_);
-    a.lnf_rstd = FloatBuffer(R, mem_);
-    a.probs = FloatBuffer(N * static_cast<std::size_t>(V_), mem_);
-    a.losses = FloatBuffer(N, mem_);
-  }
+  stage_activation_buffers(a, shapes(), spec_, recompute_, Allocate{mem_});
   return a;
 }
 
 StageStash GptStage::make_stash(std::size_t blocks) const {
-  const std::size_t N = N_, C = C_, R = R_;
   StageStash s;
-  for (std::size_t l = 0; l < blocks; ++l) {
-    BlockStash b;
-    b.d_fch = FloatBuffer(N * static_cast<std::size_t>(F_), mem_);
-    b.d_ln2 = FloatBuffer(R * C, mem_);
-    b.d_res2 = FloatBuffer(R * C, mem_);
-    b.d_qkv = FloatBuffer(N * 3 * static_cast<std::size_t>(Ct_), mem_);
-    b.d_ln1 = FloatBuffer(R * C, mem_);
-    b.dx = FloatBuffer(R * C, mem_);
-    if (sp_) {
-      b.g_dout = FloatBuffer(N * C, mem_);
-      b.g_res2 = FloatBuffer(N * C, mem_);
-    }
-    s.blocks.push_back(std::move(b));
-  }
-  if (spec_.last) {
-    s.d_lnf = FloatBuffer(R * C, mem_);
-    s.d_output = FloatBuffer(R * C, mem_);
-  }
-  s.d_input = FloatBuffer(R * C, mem_);
+  stage_stash_buffers(s, shapes(), spec_, blocks, Allocate{mem_});
   return s;
 }
 

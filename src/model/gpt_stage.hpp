@@ -18,6 +18,7 @@
 #include "backend.hpp"
 #include "comm/group_reducer.hpp"
 #include "config/run_config.hpp"
+#include "model/activations.hpp"
 #include "model/param_layout.hpp"
 #include "util/buffer.hpp"
 
@@ -46,50 +47,6 @@ struct EdgeTensors {
   float* lnf_w = nullptr;   // (C)
   float* lnf_b = nullptr;   // (C)
   float* lm_head = nullptr; // (V, C): wte when tied
-};
-
-// Activations a block keeps from forward to backward for one micro-batch.
-struct BlockActivations {
-  FloatBuffer ln1, ln1_mean, ln1_rstd; // (R,C), (R), (R)
-  FloatBuffer qkv;                     // (N,3Ct)
-  FloatBuffer att;                     // (B,NH,T,T) probabilities, local heads; GPU: less
-  FloatBuffer atty;                    // (N,Ct) attention output before proj
-  FloatBuffer res2;                    // (R,C) x + attention branch
-  FloatBuffer ln2, ln2_mean, ln2_rstd; // (R,C), (R), (R)
-  FloatBuffer fch, fch_gelu;           // (N,F)
-  FloatBuffer out;                     // (R,C) block output = res2 + MLP branch
-};
-
-// One micro-batch in flight through a stage.
-struct StageActivations {
-  Buffer<std::int32_t> tokens;  // (B,T) first stage
-  Buffer<std::int32_t> targets; // (B,T) last stage
-  FloatBuffer input;            // (R,C) stage input: embedding output, or received activation
-  std::vector<BlockActivations> blocks;
-  FloatBuffer lnf, lnf_mean, lnf_rstd; // last stage: (R,C), (R), (R)
-  FloatBuffer probs;                   // (N,V) softmax, then d logits after backward-input
-  FloatBuffer losses;                  // (N)
-  float dlogits_scale = 0.0f;          // not 0: probs already hold d logits at this loss scale
-};
-
-// Gradients a block's backward-input leaves for its backward-weight.
-struct BlockStash {
-  const float* dout = nullptr; // (R,C) gradient of the block output (owned elsewhere)
-  FloatBuffer d_fch;           // (N,F) gradient before GELU
-  FloatBuffer d_ln2;           // (R,C)
-  FloatBuffer d_res2;          // (R,C)
-  FloatBuffer d_qkv;           // (N,3Ct)
-  FloatBuffer d_ln1;           // (R,C)
-  FloatBuffer dx;              // (R,C) gradient of the block input
-  FloatBuffer g_dout, g_res2;  // (N,C) sequence parallel: dout and d_res2 gathered over tp
-};
-
-// What a whole stage's backward-input leaves for its backward-weight (split backward).
-struct StageStash {
-  std::vector<BlockStash> blocks;
-  FloatBuffer d_lnf;    // (R,C) last stage: gradient of the final norm's output
-  FloatBuffer d_output; // (R,C) last stage: gradient of the last block's output (from the head)
-  FloatBuffer d_input;  // (R,C) gradient of the stage input
 };
 
 // The tensor-parallel group a stage belongs to (size 1: no tensor parallelism).
@@ -191,6 +148,7 @@ private:
   EdgeTensors edges(float* base) const;
   const float* block_input(const StageActivations& a, int i) const;
 
+  StageShapes shapes() const;
   BlockActivations make_block_activations() const;
   void block_forward(int i, const float* x, BlockActivations& a);
   // The activations block i's backward reads: its own, or (full) work_ with them recomputed.

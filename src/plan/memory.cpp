@@ -1,7 +1,5 @@
 #include "plan/memory.hpp"
 
-#include "util/buffer.hpp"
-
 #include <mpi.h>
 #include <unistd.h>
 
@@ -16,13 +14,16 @@
 #include <sstream>
 #include <tuple>
 
+#include "backend.hpp"
 #include "comm/grad_sync.hpp"
 #include "comm/layout.hpp"
 #include "comm/reducers.hpp"
 #include "comm/topology.hpp"
 #include "cuda/device_query.hpp"
+#include "model/activations.hpp"
 #include "model/partition.hpp"
 #include "plan/plan.hpp"
+#include "util/buffer.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
@@ -39,49 +40,37 @@ double buf(double n) {
   return static_cast<double>(aligned_bytes(static_cast<std::size_t>(n) * 4));
 }
 
-// The shapes of one stage of this rank (gpt_stage.hpp's letters).
-struct Shape {
-  double B, T, C, Ct, NH, F, V, N, R;
-  bool sp;
-  explicit Shape(const RunConfig& cfg) {
-    const ModelConfig& m = cfg.model;
-    const double tp = cfg.parallel.tp;
-    B = cfg.train.micro_batch;
-    T = m.seq_len;
-    C = m.d_model;
-    Ct = C / tp;
-    NH = m.n_head / tp;
-    F = 4 * C / tp;
-    V = m.vocab_size / tp;
-    N = B * T;
-    sp = cfg.parallel.sequence_parallel;
-    R = sp ? N / tp : N;
-  }
-  // every activation of one block (GptStage::make_block_activations)
-  double block() const {
-    return 4 * buf(R * C) + 4 * buf(R) + buf(3 * N * Ct) + buf(B * NH * T * T) + buf(N * Ct) +
-           2 * buf(N * F);
-  }
-  // a block's stash of the backward-input half (GptStage::make_stash)
-  double block_stash() const {
-    return buf(N * F) + 4 * buf(R * C) + buf(3 * N * Ct) + (sp ? 2 * buf(N * C) : 0.0);
-  }
-};
-
-// One micro-batch's activations of a stage (GptStage::make_activations).
-double slot_bytes(const Shape& s, const StageSpec& spec, Recompute rc) {
-  const int blocks = spec.layer_end - spec.layer_begin;
-  double per_block = s.block();
-  if (rc == Recompute::selective) per_block -= buf(s.B * s.NH * s.T * s.T);
-  if (rc == Recompute::full) per_block = buf(s.R * s.C);
-  double b = 2 * buf(s.N) + buf(s.R * s.C) + blocks * per_block;
-  if (spec.last) b += buf(s.R * s.C) + 2 * buf(s.R) + buf(s.N) + buf(s.N * s.V);
-  return b;
+// The shapes of one stage of this rank, with the host backend's attention buffer.
+StageShapes shapes_of(const RunConfig& cfg) {
+  const ModelConfig& m = cfg.model;
+  const int tp = cfg.parallel.tp;
+  return StageShapes(m, cfg.train.micro_batch, tp, cfg.parallel.sequence_parallel,
+                     host_backend().attention_floats(cfg.train.micro_batch, m.seq_len,
+                                                     m.d_model / tp, m.n_head / tp));
 }
 
-// The whole-stage stash of a split backward, or backward()'s one-block stash.
-double stash_bytes(const Shape& s, const StageSpec& spec, int blocks) {
-  return blocks * s.block_stash() + (spec.last ? 2 * buf(s.R * s.C) : 0.0) + buf(s.R * s.C);
+// One micro-batch's activations of a stage (GptStage::make_activations: the same list).
+double slot_bytes(const StageShapes& s, const StageSpec& spec, Recompute rc) {
+  double bytes = 0.0;
+  StageActivations counted;
+  stage_activation_buffers(counted, s, spec, rc, CountBytes{bytes});
+  return bytes;
+}
+
+// The whole-stage stash of a split backward, or backward()'s one-block stash (make_stash).
+double stash_bytes(const StageShapes& s, const StageSpec& spec, int blocks) {
+  double bytes = 0.0;
+  StageStash counted;
+  stage_stash_buffers(counted, s, spec, static_cast<std::size_t>(blocks), CountBytes{bytes});
+  return bytes;
+}
+
+// Every activation of one block (full recompute's working copy, make_block_activations).
+double block_bytes(const StageShapes& s) {
+  double bytes = 0.0;
+  BlockActivations counted;
+  block_activation_buffers(counted, s, Recompute::none, CountBytes{bytes});
+  return bytes;
 }
 
 // Floats of scratch the dp all-reduce keeps for a bucket of n floats over p ranks, g per node
@@ -123,7 +112,7 @@ double allreduce_scratch(const CommConfig& cc, bool measures, double n, int p, i
 MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_rank,
                               int dp_node_size) {
   const ModelConfig& m = cfg.model;
-  const Shape s(cfg);
+  const StageShapes s = shapes_of(cfg);
   const schedule::Schedule& sched = plan.schedule;
   const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
   const std::vector<schedule::ChunkUse> use = schedule::chunk_use(actions, sched.v);
@@ -163,8 +152,8 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
                    (spec.last && cfg.parallel.tp > 1 ? 3 * buf(s.N) : 0.0) +
                    (s.sp ? 2 * buf(s.N * s.C) : 0.0) + // gathered rows, partial sums
                    (fused ? stash_bytes(s, spec, 1) : 0.0) +
-                   (rc == Recompute::selective ? buf(s.B * s.NH * s.T * s.T) : 0.0) +
-                   (rc == Recompute::full ? s.block() : 0.0);
+                   (rc == Recompute::selective ? buf(s.att) : 0.0) +
+                   (rc == Recompute::full ? block_bytes(s) : 0.0);
   }
   // one buffer per receive and gradient send, host memory; on a GPU (MPI staging, untested
   // here) the device holds a copy of each received gradient instead

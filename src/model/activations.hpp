@@ -1,0 +1,157 @@
+// What one pipeline stage keeps for a micro-batch between its forward and backward, and what
+// its backward-input half leaves for the weight half, with the buffers of each listed once: the
+// stage allocates them from these lists (GptStage::make_activations, make_stash) and the memory
+// model (plan/memory.cpp) counts the same lists without allocating, so the two cannot drift.
+// Letters as in gpt_stage.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "config/run_config.hpp"
+#include "model/param_layout.hpp"
+#include "util/buffer.hpp"
+
+namespace pt {
+
+// Activations a block keeps from forward to backward for one micro-batch.
+struct BlockActivations {
+  FloatBuffer ln1, ln1_mean, ln1_rstd; // (R,C), (R), (R)
+  FloatBuffer qkv;                     // (N,3Ct)
+  FloatBuffer att;                     // (B,NH,T,T) probabilities, local heads; GPU: less
+  FloatBuffer atty;                    // (N,Ct) attention output before proj
+  FloatBuffer res2;                    // (R,C) x + attention branch
+  FloatBuffer ln2, ln2_mean, ln2_rstd; // (R,C), (R), (R)
+  FloatBuffer fch, fch_gelu;           // (N,F)
+  FloatBuffer out;                     // (R,C) block output = res2 + MLP branch
+};
+
+// One micro-batch in flight through a stage.
+struct StageActivations {
+  Buffer<std::int32_t> tokens;  // (B,T) first stage
+  Buffer<std::int32_t> targets; // (B,T) last stage
+  FloatBuffer input;            // (R,C) stage input: embedding output, or received activation
+  std::vector<BlockActivations> blocks;
+  FloatBuffer lnf, lnf_mean, lnf_rstd; // last stage: (R,C), (R), (R)
+  FloatBuffer probs;                   // (N,V) softmax, then d logits after backward-input
+  FloatBuffer losses;                  // (N)
+  float dlogits_scale = 0.0f;          // not 0: probs already hold d logits at this loss scale
+};
+
+// Gradients a block's backward-input leaves for its backward-weight.
+struct BlockStash {
+  const float* dout = nullptr; // (R,C) gradient of the block output (owned elsewhere)
+  FloatBuffer d_fch;           // (N,F) gradient before GELU
+  FloatBuffer d_ln2;           // (R,C)
+  FloatBuffer d_res2;          // (R,C)
+  FloatBuffer d_qkv;           // (N,3Ct)
+  FloatBuffer d_ln1;           // (R,C)
+  FloatBuffer dx;              // (R,C) gradient of the block input
+  FloatBuffer g_dout, g_res2;  // (N,C) sequence parallel: dout and d_res2 gathered over tp
+};
+
+// What a whole stage's backward-input leaves for its backward-weight (split backward).
+struct StageStash {
+  std::vector<BlockStash> blocks;
+  FloatBuffer d_lnf;    // (R,C) last stage: gradient of the final norm's output
+  FloatBuffer d_output; // (R,C) last stage: gradient of the last block's output (from the head)
+  FloatBuffer d_input;  // (R,C) gradient of the stage input
+};
+
+// A stage's shapes (this tp rank's), in elements; att: the floats one block keeps of attention
+// (the backend's attention_floats: the probabilities on the host, less with flash attention).
+struct StageShapes {
+  std::size_t B, T, C, Ct, NH, F, V, N, R, att;
+  bool sp;
+  StageShapes(const ModelConfig& m, int micro_batch, int tp, bool sequence_parallel,
+              std::size_t attention_floats)
+      : B(static_cast<std::size_t>(micro_batch)), T(static_cast<std::size_t>(m.seq_len)),
+        C(static_cast<std::size_t>(m.d_model)), Ct(C / static_cast<std::size_t>(tp)),
+        NH(static_cast<std::size_t>(m.n_head / tp)), F(4 * Ct),
+        V(static_cast<std::size_t>(m.vocab_size / tp)), N(B * T),
+        R(sequence_parallel && tp > 1 ? N / static_cast<std::size_t>(tp) : N),
+        att(attention_floats), sp(sequence_parallel && tp > 1) {}
+};
+
+// f(buffer, elements) for every buffer of one block's activations.
+template <class Fn> void block_activation_buffers(BlockActivations& k, const StageShapes& s,
+                                                  Recompute rc, Fn&& f) {
+  if (rc == Recompute::full) { // the block's output only: the next block's input
+    f(k.out, s.R * s.C);
+    return;
+  }
+  f(k.ln1, s.R * s.C);
+  f(k.ln1_mean, s.R);
+  f(k.ln1_rstd, s.R);
+  f(k.qkv, s.N * 3 * s.Ct);
+  if (rc != Recompute::selective) f(k.att, s.att); // selective: recomputed in the backward
+  f(k.atty, s.N * s.Ct);
+  f(k.res2, s.R * s.C);
+  f(k.ln2, s.R * s.C);
+  f(k.ln2_mean, s.R);
+  f(k.ln2_rstd, s.R);
+  f(k.fch, s.N * s.F);
+  f(k.fch_gelu, s.N * s.F);
+  f(k.out, s.R * s.C);
+}
+
+// f(buffer, elements) for every buffer of one micro-batch's activations of a stage.
+template <class Fn> void stage_activation_buffers(StageActivations& a, const StageShapes& s,
+                                                  const StageSpec& spec, Recompute rc, Fn&& f) {
+  f(a.tokens, s.N);
+  f(a.targets, s.N);
+  f(a.input, s.R * s.C);
+  for (int l = spec.layer_begin; l < spec.layer_end; ++l) {
+    a.blocks.emplace_back();
+    block_activation_buffers(a.blocks.back(), s, rc, f);
+  }
+  if (spec.last) {
+    f(a.lnf, s.R * s.C);
+    f(a.lnf_mean, s.R);
+    f(a.lnf_rstd, s.R);
+    f(a.probs, s.N * s.V);
+    f(a.losses, s.N);
+  }
+}
+
+// f(buffer, elements) for every buffer of a stash of `blocks` blocks (the split backward's whole
+// stage, or backward()'s one reused block).
+template <class Fn> void stage_stash_buffers(StageStash& st, const StageShapes& s,
+                                             const StageSpec& spec, std::size_t blocks, Fn&& f) {
+  for (std::size_t l = 0; l < blocks; ++l) {
+    st.blocks.emplace_back();
+    BlockStash& b = st.blocks.back();
+    f(b.d_fch, s.N * s.F);
+    f(b.d_ln2, s.R * s.C);
+    f(b.d_res2, s.R * s.C);
+    f(b.d_qkv, s.N * 3 * s.Ct);
+    f(b.d_ln1, s.R * s.C);
+    f(b.dx, s.R * s.C);
+    if (s.sp) {
+      f(b.g_dout, s.N * s.C);
+      f(b.g_res2, s.N * s.C);
+    }
+  }
+  if (spec.last) {
+    f(st.d_lnf, s.R * s.C);
+    f(st.d_output, s.R * s.C);
+  }
+  f(st.d_input, s.R * s.C);
+}
+
+// Allocates each buffer of the lists above in `mem`.
+struct Allocate {
+  Memory mem;
+  template <class B> void operator()(B& b, std::size_t n) const { b = B(n, mem); }
+};
+
+// Bytes the lists above allocate (every buffer's elements are 4 bytes: float or int32).
+struct CountBytes {
+  double& bytes;
+  template <class B> void operator()(B&, std::size_t n) const {
+    bytes += static_cast<double>(aligned_bytes(n * 4));
+  }
+};
+
+} // namespace pt
