@@ -75,8 +75,8 @@ struct StageShapes {
 };
 
 // f(buffer, elements) for every buffer of one block's activations.
-template <class Fn> void block_activation_buffers(BlockActivations& k, const StageShapes& s,
-                                                  Recompute rc, Fn&& f) {
+template <class Fn>
+void block_activation_buffers(BlockActivations& k, const StageShapes& s, Recompute rc, Fn&& f) {
   if (rc == Recompute::full) { // the block's output only: the next block's input
     f(k.out, s.R * s.C);
     return;
@@ -97,8 +97,9 @@ template <class Fn> void block_activation_buffers(BlockActivations& k, const Sta
 }
 
 // f(buffer, elements) for every buffer of one micro-batch's activations of a stage.
-template <class Fn> void stage_activation_buffers(StageActivations& a, const StageShapes& s,
-                                                  const StageSpec& spec, Recompute rc, Fn&& f) {
+template <class Fn>
+void stage_activation_buffers(StageActivations& a, const StageShapes& s, const StageSpec& spec,
+                              Recompute rc, Fn&& f) {
   f(a.tokens, s.N);
   f(a.targets, s.N);
   f(a.input, s.R * s.C);
@@ -117,8 +118,9 @@ template <class Fn> void stage_activation_buffers(StageActivations& a, const Sta
 
 // f(buffer, elements) for every buffer of a stash of `blocks` blocks (the split backward's whole
 // stage, or backward()'s one reused block).
-template <class Fn> void stage_stash_buffers(StageStash& st, const StageShapes& s,
-                                             const StageSpec& spec, std::size_t blocks, Fn&& f) {
+template <class Fn>
+void stage_stash_buffers(StageStash& st, const StageShapes& s, const StageSpec& spec,
+                         std::size_t blocks, Fn&& f) {
   for (std::size_t l = 0; l < blocks; ++l) {
     st.blocks.emplace_back();
     BlockStash& b = st.blocks.back();
