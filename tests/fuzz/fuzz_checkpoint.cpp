@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "optim/adamw.hpp"
 #include "fuzz_common.hpp"
 #include "model/partition.hpp"
 #include "util/errors.hpp"
