@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""plan_check.py PIPETRAIN ROOT: `pipetrain plan` on one process (docs/design.md section 10).
-- gpt2-350m on 64 A100s (8 per node): --json parses, every row has the documented keys, fitting
+"""plan_check.py PIPETRAIN ROOT [RANKS]: `pipetrain plan` on one process (docs/design.md section
+10).
+- gpt2-350m on RANKS A100s (default 64, 8 per node; the sanitizer build plans 16): --json parses, every row has the documented keys, fitting
   rows come first and are sorted by predicted step time, the best fits 80 GiB per rank, and the
   table form prints the best row's overrides;
 - fixing parallel.tp=2 parallel.pp=2 on the command line leaves only such rows;
@@ -13,6 +14,7 @@ import sys
 import tempfile
 
 exe, root = sys.argv[1], sys.argv[2]
+ranks = sys.argv[3] if len(sys.argv) > 3 else "64"
 deck = os.path.join(root, "inputs", "gpt2-350m.toml")
 a100 = os.path.join(root, "inputs", "machines", "a100-dgx.toml")
 KEYS = ("pp dp tp virtual_stages schedule micro_batch recompute zero sequence_parallel step_time_s "
@@ -24,9 +26,9 @@ def plan(*args):
     return subprocess.run([exe, "plan", deck, *args], capture_output=True, text=True)
 
 
-out = plan("--ranks", "64", "--ranks-per-node", "8", "--machine", a100, "--json", "--top", "1000")
+out = plan("--ranks", ranks, "--ranks-per-node", "8", "--machine", a100, "--json", "--top", "1000")
 rows = json.loads(out.stdout)
-print(f"{len(rows)} layouts of gpt2-350m on 64 ranks")
+print(f"{len(rows)} layouts of gpt2-350m on {ranks} ranks")
 if not rows or any(set(KEYS) - set(r) for r in rows):
     bad.append("rows missing or keys missing")
 order = [(not r["fits"], r["step_time_s"]) for r in rows]
@@ -34,13 +36,13 @@ if order != sorted(order):
     bad.append("rows are not ranked (fitting first, then by step time)")
 if rows and (not rows[0]["fits"] or rows[0]["mem_bytes_per_rank"] > 0.9 * 80 * 2**30):
     bad.append("the best row does not fit 80 GiB")
-if rows and any(r["pp"] * r["dp"] * r["tp"] != 64 for r in rows):
-    bad.append("a row does not use 64 ranks")
-table = plan("--ranks", "64", "--ranks-per-node", "8", "--machine", a100)
+if rows and any(r["pp"] * r["dp"] * r["tp"] != int(ranks) for r in rows):
+    bad.append(f"a row does not use {ranks} ranks")
+table = plan("--ranks", ranks, "--ranks-per-node", "8", "--machine", a100)
 if table.returncode != 0 or "best: parallel.pp=" not in table.stdout:
     bad.append("the table form does not print the best overrides")
 print(table.stdout.splitlines()[2] if table.returncode == 0 else table.stderr)
-fixed = json.loads(plan("parallel.tp=2", "parallel.pp=2", "--ranks", "64", "--machine", a100,
+fixed = json.loads(plan("parallel.tp=2", "parallel.pp=2", "--ranks", ranks, "--machine", a100,
                         "--json").stdout)
 if not fixed or any(r["tp"] != 2 or r["pp"] != 2 for r in fixed):
     bad.append("fixed tp 2 x pp 2 gave other layouts")
