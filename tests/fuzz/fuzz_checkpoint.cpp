@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
-#include "optim/adamw.hpp"
 #include "fuzz_common.hpp"
 #include "model/partition.hpp"
+#include "optim/adamw.hpp"
 #include "util/errors.hpp"
 
 namespace {
