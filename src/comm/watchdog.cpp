@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/group.hpp"
 #include "util/clock.hpp"
 #include "util/errors.hpp"
 
@@ -105,9 +106,7 @@ void Watchdog::broadcast_text(std::string& text, int root, MPI_Comm comm,
 
 std::string Watchdog::gather_text(const std::string& mine, int root, MPI_Comm comm,
                                   const std::string& what) const {
-  int rank = 0, size = 1;
-  PT_MPI(MPI_Comm_rank(comm, &rank));
-  PT_MPI(MPI_Comm_size(comm, &size));
+  const int rank = rank_in(comm), size = size_of(comm);
   int n = static_cast<int>(mine.size());
   std::vector<int> sizes(static_cast<std::size_t>(size)), offsets(sizes.size(), 0);
   count_collective();
@@ -132,10 +131,7 @@ std::string Watchdog::gather_text(const std::string& mine, int root, MPI_Comm co
 
 void Watchdog::agree(MPI_Comm comm, const std::optional<Error>& local,
                      const std::string& what) const {
-  int rank = 0;
-  int size = 1;
-  PT_MPI(MPI_Comm_rank(comm, &rank));
-  PT_MPI(MPI_Comm_size(comm, &size));
+  const int rank = rank_in(comm), size = size_of(comm);
   int first = local ? rank : size;
   allreduce(&first, 1, MPI_INT, MPI_MIN, comm, what);
   if (first == size) return;
