@@ -23,10 +23,10 @@ struct TrainState {
   double lr = 0.0; // the rate the last update used
 };
 
-// What a rank holds: its model chunks and their optimizers' states (chunks[c] <-> opts[c]):
-// AdamW's whole moments, or ZeRO-1's shard of them (written and read in place).
+// What a rank holds: its model chunks' stages and their optimizers' states (stages[c] <->
+// opts[c]): AdamW's whole moments, or ZeRO-1's shard of them (written and read in place).
 struct Shards {
-  std::vector<std::unique_ptr<GptStage>>& chunks;
+  std::vector<GptStage*> stages;
   std::vector<Optimizer*> opts;
   // schedule = "2bw": per chunk, the weights one version older (/model_prev); null otherwise
   std::vector<FloatBuffer>* older = nullptr;

@@ -20,11 +20,11 @@ ParamLayout whole_layout(const ModelConfig& m) {
 
 std::vector<Local> locals(Shards& s, const std::string& name) {
   std::vector<Local> out;
-  for (std::size_t c = 0; c < s.chunks.size(); ++c) {
-    const ParamLayout& lay = s.chunks[c]->layout();
+  for (std::size_t c = 0; c < s.stages.size(); ++c) {
+    const ParamLayout& lay = s.stages[c]->layout();
     if (!lay.has(name)) continue;
     const ParamTensor* t = &lay.at(name);
-    out.push_back({s.chunks[c].get(), s.opts[c], t,
+    out.push_back({s.stages[c], s.opts[c], t,
                    static_cast<std::size_t>(t - lay.tensors().data()),
                    s.older != nullptr ? (*s.older)[c].data() : nullptr});
   }

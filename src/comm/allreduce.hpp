@@ -50,7 +50,7 @@ void recursive_doubling_allreduce(float* buf, std::size_t n, const ReduceComm& c
 void rabenseifner_allreduce(float* buf, std::size_t n, const ReduceComm& c,
                             CountedVector<float>& tmp);
 
-// ZeRO-1's collectives (comm/zero.hpp), on p blocks of `each` floats. reduce_scatter_blocks:
+// ZeRO-1's collectives (optim/zero_adamw.hpp), on p blocks of `each` floats. reduce_scatter_blocks:
 // rank r gets block r of `in` summed over every rank, into out (each floats), always in rank
 // order 0, 1, ..., p-1, so an element's sum does not depend on where it sits; tmp is scratch.
 // all_gather_blocks: block k of out (p * each floats) gets rank k's `mine`.

@@ -13,12 +13,11 @@ using schedule::Op;
 
 PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
                                const schedule::Schedule& sched,
-                               std::vector<std::unique_ptr<GptStage>>& chunks,
-                               const Watchdog& watchdog,
+                               std::vector<GptStage*> chunks, const Watchdog& watchdog,
                                std::vector<std::unique_ptr<cuda::NcclLink>> links)
-    : cfg_(cfg), layout_(layout), sched_(sched), chunks_(chunks), watchdog_(watchdog),
+    : cfg_(cfg), layout_(layout), sched_(sched), chunks_(std::move(chunks)), watchdog_(watchdog),
       actions_(&sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), p_(sched.p),
-      v_(sched.v), me_(layout.coords().pp), N_(chunks.front()->rows()), C_(cfg.model.d_model),
+      v_(sched.v), me_(layout.coords().pp), N_(chunks_.front()->rows()), C_(cfg.model.d_model),
       transport_(layout.pp_comm(), sched, me_, watchdog, std::move(links),
                  static_cast<std::size_t>(N_) * C_) {
   const int tokens = cfg.train.micro_batch * cfg.model.seq_len; // per micro-batch

@@ -49,7 +49,7 @@ public:
   // or one entry per channel of schedule::channels(sched), the NCCL link of each channel this
   // rank sends or receives on (null for the others).
   PipelineEngine(const RunConfig& cfg, const Layout& layout, const schedule::Schedule& sched,
-                 std::vector<std::unique_ptr<GptStage>>& chunks, const Watchdog& watchdog,
+                 std::vector<GptStage*> chunks, const Watchdog& watchdog,
                  std::vector<std::unique_ptr<cuda::NcclLink>> links = {});
 
   // Runs the step's action list. Returns the sum of the micro-batch mean losses this rank
@@ -110,7 +110,7 @@ private:
   const RunConfig& cfg_;
   const Layout& layout_;
   const schedule::Schedule& sched_;
-  std::vector<std::unique_ptr<GptStage>>& chunks_;
+  std::vector<GptStage*> chunks_; // not owned
   const Watchdog& watchdog_;
   const std::vector<schedule::Action>* actions_; // the schedule's list (2bw: unrolled steps)
   std::vector<schedule::Schedule> async_lists_;  // 2bw: step lists by parity, warm, drain

@@ -76,7 +76,8 @@ void memory_metrics(const Run& run, StepMetrics& sm) {
 // The dp reduction over the run and auto's measured choices (rank 0's group).
 void report_dp_reduction(const Run& run, const RunTotals& totals) {
   const int run_steps = totals.steps_done - totals.first_step;
-  if (run.syncs.empty() || run_steps <= 0) return;
+  const GradSync* sync = run.chunks.front().sync.get();
+  if (sync == nullptr || run_steps <= 0) return;
   // the largest rank's times, the fewest buckets started early
   double most[3] = {totals.comm.exposed_s, totals.comm.busy_s,
                     -static_cast<double>(totals.comm.buckets_early)};
@@ -85,9 +86,9 @@ void report_dp_reduction(const Run& run, const RunTotals& totals) {
   if (run.layout.rank() != 0) return;
   std::printf("dp gradient reduction (overlap %s): %.2f ms exposed of %.2f ms per step; "
               "%.0f bucket(s) started during the backward\n",
-              run.syncs.front()->mode(), 1e3 * most[0] / run_steps, 1e3 * most[1] / run_steps,
+              sync->mode(), 1e3 * most[0] / run_steps, 1e3 * most[1] / run_steps,
               -most[2]);
-  if (const Allreducer* red = run.syncs.front()->reducer()) {
+  if (const Allreducer* red = sync->reducer()) {
     for (const auto& [n, ch] : red->measured()) {
       std::printf("dp all-reduce auto, %.1f KiB: %s (model: %s; measured", n * 4.0 / 1024.0,
                   algorithm_name(ch.pick), algorithm_name(ch.model));
@@ -116,7 +117,7 @@ void report_collectives(const Run& run, const RunTotals& totals) {
 // The final parameters' summaries into metrics.jsonl; the tp replica check's verdict.
 void report_final_params(Run& run) {
   const std::vector<ParamSummary> summary = summarize_params(
-      run.chunks, run.whole, run.watchdog, run.layout.tp_comm(), run.layout.pp_comm());
+      stages_of(run.chunks), run.whole, run.watchdog, run.layout.tp_comm(), run.layout.pp_comm());
   if (run.layout.rank() != 0) return;
   if (test_hooks().check_tp_replicas) {
     std::printf("tp replica check: %d replicated gradient tensors were bitwise equal on all %d tp "

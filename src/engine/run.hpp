@@ -9,17 +9,14 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "comm/grad_sync.hpp"
 #include "comm/group_reducer.hpp"
 #include "comm/watchdog.hpp"
-#include "comm/zero.hpp"
 #include "data/sampler.hpp"
 #include "data/token_file.hpp"
+#include "engine/chunk.hpp"
 #include "engine/pipeline.hpp"
 #include "engine/trainer.hpp"
-#include "model/gpt_stage.hpp"
 #include "model/param_layout.hpp"
-#include "optim/adamw.hpp"
 #include "telemetry/metrics.hpp"
 #include "telemetry/trace.hpp"
 
@@ -28,14 +25,6 @@ namespace pt {
 // The kernel backend of device.kind (collective: every rank reaches the same verdict), wrapped
 // in the op timer when log.op_profile is on.
 const Backend& open_backend(const RunConfig& cfg, MPI_Comm world);
-
-// Per chunk, the tensors its gradient norm counts (shards on every tp rank, replicated tensors
-// on tp rank 0: each element once): their index in model order, offset and size in the chunk's
-// gradients (under ZeRO-1: the pieces of this rank's shard, offsets in the shard).
-struct NormTensors {
-  std::vector<std::size_t> index, offset, size;
-  std::vector<double> sums; // scratch: one sum of squares per tensor
-};
 
 // PipeDream-2BW's two weight versions (schedule = "2bw", docs/design.md section 6), in one
 // place: per chunk the weights one version older than its params() (W(u-1) where params() holds
@@ -52,9 +41,9 @@ struct WeightVersions {
     return version == newest ? nullptr : older[static_cast<std::size_t>(chunk)].data();
   }
   // Before an update: W(newest) becomes the older version (the update then makes W(newest + 1)).
-  void keep(const Backend& be, const std::vector<std::unique_ptr<GptStage>>& chunks) {
+  void keep(const Backend& be, const std::vector<Chunk>& chunks) {
     for (std::size_t c = 0; c < older.size(); ++c) {
-      be.copy(older[c].data(), chunks[c]->params(), older[c].bytes());
+      be.copy(older[c].data(), chunks[c].stage->params(), older[c].bytes());
     }
     be.synchronize();
     ++newest;
@@ -78,16 +67,10 @@ struct Run {
   std::string staged_why, p2p_why;         // why not, when not
   std::unique_ptr<GroupReducer> tp_reduce; // tp > 1; shared by the chunks (one at a time)
   std::unique_ptr<GroupReducer> embedding_reduce; // tied embedding across the first/last stage
-  std::vector<std::unique_ptr<GptStage>> chunks;  // chunk c: plan.schedule.stage_of(pp rank, c)
-  std::vector<std::unique_ptr<Optimizer>> opts;   // per chunk: AdamW, or ZeRO-1's ZeroShard
-  ParamLayout whole;                              // every tensor of the model, in model order
+  std::vector<Chunk> chunks; // chunk c: plan.schedule.stage_of(pp rank, c)
+  ParamLayout whole;         // every tensor of the model, in model order
   std::map<std::string, std::size_t> tensor_index;
-  std::vector<NormTensors> norm_tensors; // per chunk
   std::unique_ptr<PipelineEngine> engine;
-  std::vector<std::unique_ptr<GradSync>> syncs; // per chunk; none without data parallelism
-  // parallel.zero = 1: per chunk, opts[c] as the ZeRO-1 shard it is (its reduce-scatter and
-  // pieces take the place of syncs)
-  std::vector<ZeroShard*> zero;
   WeightVersions two_bw;    // schedule = "2bw"
   Trace trace;              // log.trace
   double peak_flops = 0.0;  // every rank's measured GEMM rate, summed

@@ -12,6 +12,8 @@
 #include "comm/reducers.hpp"
 #include "cuda/device_query.hpp"
 #include "engine/run.hpp"
+#include "optim/adamw.hpp"
+#include "optim/zero_adamw.hpp"
 #include "ops.hpp"
 #include "profile.hpp"
 #include "telemetry/peak.hpp"
@@ -70,13 +72,10 @@ int blas_threads_for(const DeviceConfig& d, const Layout& layout) {
   return std::max(1, cores / std::max(1, layout.ranks_on_node()));
 }
 
-// The data-parallel gradient reduction of each chunk (none without data parallelism): buckets,
+// The data-parallel gradient all-reduce of each chunk (none without data parallelism): buckets,
 // algorithm, topology model and overlap mode from [comm]; prints the choice on rank 0.
-std::vector<std::unique_ptr<GradSync>>
-make_grad_syncs(const RunConfig& cfg, const Layout& layout,
-                std::vector<std::unique_ptr<GptStage>>& chunks, const Watchdog& watchdog,
-                bool nccl) {
-  std::vector<std::unique_ptr<GradSync>> syncs;
+void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chunk>& chunks,
+                     const Watchdog& watchdog, bool nccl) {
   const CommConfig& cc = cfg.comm;
   AllreduceOptions opt;
   opt.algo = cc.allreduce;
@@ -90,7 +89,7 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
     err = e;
   }
   agree(layout.world(), err);
-  if (layout.dp() < 2) return syncs;
+  if (layout.dp() < 2) return;
   if (cc.overlap == Overlap::thread) {
     const int provided = thread_level();
     if (provided < MPI_THREAD_MULTIPLE) {
@@ -104,14 +103,14 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
   opt.what = "the data-parallel gradient all-reduce";
   const std::size_t bucket_floats = static_cast<std::size_t>(cc.bucket_mb * 262144.0);
   std::size_t buckets = 0, largest = 0;
-  for (auto& c : chunks) {
-    std::vector<GradBucket> b = make_buckets(c->layout(), bucket_floats);
+  for (Chunk& c : chunks) {
+    std::vector<GradBucket> b = make_buckets(c.stage->layout(), bucket_floats);
     buckets += b.size();
     for (const GradBucket& k : b) largest = std::max(largest, k.count);
     std::unique_ptr<cuda::NcclComm> device; // a communicator per chunk, on a side stream
     if (nccl) device = make_nccl(layout.dp_comm(), true, layout.world());
-    syncs.push_back(std::make_unique<GradSync>(c->grads(), std::move(b), layout.dp_comm(),
-                                               cc.overlap, opt, c->backend(), std::move(device)));
+    c.sync = std::make_unique<GradSync>(c.stage->grads(), std::move(b), layout.dp_comm(),
+                                        cc.overlap, opt, c.stage->backend(), std::move(device));
   }
   if (layout.rank() == 0 && nccl) {
     std::printf("  dp gradient all-reduce: NCCL on device memory over %d rank(s), on a side "
@@ -135,7 +134,6 @@ make_grad_syncs(const RunConfig& cfg, const Layout& layout,
                 name(cc.overlap));
     std::fflush(stdout);
   }
-  return syncs;
 }
 
 // This rank's chunks (chunk c: virtual stage schedule.stage_of(pp, c)) with their optimizers and
@@ -161,47 +159,36 @@ void make_chunks(Run& run) {
   for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
     const TpGroup tp{layout.coords().tp, layout.tp(), run.tp_reduce.get(),
                      cfg.parallel.sequence_parallel};
-    run.chunks.push_back(std::make_unique<GptStage>(
+    Chunk chunk;
+    chunk.stage = std::make_unique<GptStage>(
         cfg.model, stage_spec(run.plan.layers, run.plan.schedule.stage_of(me, c)),
-        cfg.train.micro_batch, tp, run.be, cfg.train.recompute));
-    run.chunks.back()->init_parameters(cfg.train.seed);
+        cfg.train.micro_batch, tp, run.be, cfg.train.recompute);
+    chunk.stage->init_parameters(cfg.train.seed);
     if (cfg.parallel.schedule == ScheduleKind::two_bw) {
-      run.two_bw.older.emplace_back(run.chunks.back()->num_params(),
+      run.two_bw.older.emplace_back(chunk.stage->num_params(),
                                     Memory{run.be.alloc, run.be.release});
     }
     if (cfg.parallel.zero == 1) {
-      auto shard = std::make_unique<ZeroShard>(
-          run.chunks.back()->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0),
+      chunk.opt = std::make_unique<ZeroAdamW>(
+          chunk.stage->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0),
           layout.dp_comm(), run.watchdog, cfg.train);
-      run.zero.push_back(shard.get());
-      run.opts.push_back(std::move(shard));
     } else {
-      run.opts.push_back(std::make_unique<AdamW>(run.chunks.back()->layout(), cfg.train, run.be));
+      chunk.opt = std::make_unique<AdamW>(chunk.stage->layout(), cfg.train, run.be);
     }
+    run.chunks.push_back(std::move(chunk));
   }
   for (std::size_t i = 0; i < run.whole.tensors().size(); ++i) {
     run.tensor_index[run.whole.tensors()[i].name] = i;
   }
-  run.norm_tensors.resize(run.chunks.size());
-  for (std::size_t k = 0; k < run.chunks.size(); ++k) {
-    NormTensors& nt = run.norm_tensors[k];
-    const std::vector<ParamTensor>& tensors = run.chunks[k]->layout().tensors();
-    if (cfg.parallel.zero == 1) { // ZeRO-1: this rank's pieces of the summed gradients' shard
-      for (const ZeroShard::Piece& piece : run.zero[k]->pieces()) {
-        if (!run.chunks[k]->counts_in_norm(tensors[piece.tensor])) continue;
-        nt.index.push_back(run.tensor_index.at(tensors[piece.tensor].name));
-        nt.offset.push_back(piece.shard_offset);
-        nt.size.push_back(piece.size);
-      }
-    } else {
-      for (const auto& tensor : tensors) {
-        if (!run.chunks[k]->counts_in_norm(tensor)) continue;
-        nt.index.push_back(run.tensor_index.at(tensor.name));
-        nt.offset.push_back(tensor.offset);
-        nt.size.push_back(tensor.size);
-      }
+  for (Chunk& c : run.chunks) {
+    const std::vector<ParamTensor>& tensors = c.stage->layout().tensors();
+    for (const Optimizer::Span& span : c.opt->grad_spans()) {
+      if (!c.stage->counts_in_norm(tensors[span.tensor])) continue;
+      c.norm.index.push_back(run.tensor_index.at(tensors[span.tensor].name));
+      c.norm.offset.push_back(span.offset);
+      c.norm.size.push_back(span.size);
     }
-    nt.sums.resize(nt.index.size());
+    c.norm.sums.resize(c.norm.index.size());
   }
 }
 
@@ -238,19 +225,19 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
   const int p = cfg.parallel.pp;
   nccl_p2p = p > 1 && use_nccl("comm.gpu_p2p", cfg.comm.gpu_p2p, cfg, layout.world(), p2p_why);
   engine =
-      std::make_unique<PipelineEngine>(cfg, layout, plan.schedule, chunks, watchdog,
+      std::make_unique<PipelineEngine>(cfg, layout, plan.schedule, stages_of(chunks), watchdog,
                                        nccl_p2p ? make_nccl_links(plan.schedule, layout)
                                                 : std::vector<std::unique_ptr<cuda::NcclLink>>{});
-  if (cfg.parallel.zero == 0) syncs = make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
+  if (cfg.parallel.zero == 0) make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
   if (cfg.parallel.zero == 1 && layout.rank() == 0) {
     std::printf("  dp gradient reduction: ZeRO-1 over %d rank(s): buckets reduce-scattered after "
                 "the schedule, AdamW on this rank's blocks, parameters all-gathered\n",
                 layout.dp());
     std::fflush(stdout);
   }
-  std::vector<GradSync*> raw;
-  for (const auto& s : syncs) raw.push_back(s.get());
-  engine->set_grad_sync(raw);
+  std::vector<GradSync*> syncs;
+  for (const Chunk& c : chunks) syncs.push_back(c.sync.get());
+  engine->set_grad_sync(syncs);
   if (cfg.log.trace) engine->set_trace(&trace);
   if (two_bw.on()) {
     engine->set_weights_for(

@@ -18,11 +18,12 @@ namespace {
 
 // Every replicated tensor's gradient must be the same bytes on every tp rank (by construction:
 // replicated parameters see replicated inputs). Compares min and max over the tp group.
-void check_replicated_grads(std::vector<std::unique_ptr<GptStage>>& chunks, const Layout& layout,
+void check_replicated_grads(std::vector<Chunk>& chunks, const Layout& layout,
                             const Watchdog& watchdog, int step, int& checked) {
   if (layout.tp() < 2) return;
   int count = 0;
-  for (auto& c : chunks) {
+  for (Chunk& chunk : chunks) {
+    GptStage* c = chunk.stage.get();
     for (const auto& t : c->layout().tensors()) {
       if (t.shard_dim >= 0) continue;
       std::vector<float> lo(t.size);
@@ -50,8 +51,8 @@ void sum_tied_embedding(Run& run) {
   const schedule::Schedule& sched = run.plan.schedule;
   if (sched.vshape && run.cfg.model.tie_embeddings && run.layout.coords().pp == 0 &&
       sched.stages() > 1) {
-    GptStage& first = *run.chunks[0];
-    GptStage& last = *run.chunks[1];
+    GptStage& first = *run.chunks[0].stage;
+    GptStage& last = *run.chunks[1].stage;
     const ParamTensor& wte = first.layout().at("wte");
     float* g0 = first.grads() + wte.offset;
     float* g1 = last.grads() + last.layout().at("wte").offset;
@@ -62,37 +63,28 @@ void sum_tied_embedding(Run& run) {
   }
   if (!run.embedding_reduce) return;
   const int v = run.cfg.parallel.virtual_stages;
-  GptStage& edge = *run.chunks[run.layout.coords().pp == 0 ? 0 : static_cast<std::size_t>(v - 1)];
+  GptStage& edge =
+      *run.chunks[run.layout.coords().pp == 0 ? 0 : static_cast<std::size_t>(v - 1)].stage;
   const ParamTensor& wte = edge.layout().at("wte");
   run.embedding_reduce->sum(edge.grads() + wte.offset, wte.size);
 }
 
-// ZeRO-1: the tied embedding is summed over its stages first, so that both stages' shards of it
-// then hold the same sums; then every chunk's buckets are reduce-scattered over dp.
-void finish_gradients_zero(Run& run, GradSyncStats& comm) {
-  const double t0 = wall_time();
-  for (auto& c : run.chunks) {
-    c->fold_tied_head_grad();
-    c->sum_sequence_parallel_grads();
+// Gradients after the schedule: the tied head's share folded into the embedding, the
+// data-parallel all-reduce (buckets not yet started), with sequence parallelism the norms' sums
+// over tp (after the dp sum: buckets may be in flight until then), the tied embedding summed over
+// its two stages; then ZeRO-1's reduce-scatter over dp (both stages' shards of the tied embedding
+// then hold the same sums).
+void finish_gradients(Run& run, GradSyncStats& comm) {
+  for (Chunk& c : run.chunks) {
+    c.stage->fold_tied_head_grad();
+    if (c.sync) c.sync->finish(comm);
+    c.stage->sum_sequence_parallel_grads();
   }
   sum_tied_embedding(run);
-  for (std::size_t c = 0; c < run.chunks.size(); ++c) run.zero[c]->reduce(run.chunks[c]->grads());
+  const double t0 = wall_time();
+  for (Chunk& c : run.chunks) c.opt->reduce(c.stage->grads());
   comm.exposed_s += wall_time() - t0;
   comm.busy_s += wall_time() - t0;
-}
-
-// Gradients after the schedule: the tied head's share folded into the embedding, the
-// data-parallel sum (buckets not yet started), with sequence parallelism the norms' sums over tp
-// (after the dp sum: buckets may be in flight until then), the tied embedding summed over its
-// two stages.
-void finish_gradients(Run& run, GradSyncStats& comm) {
-  if (run.cfg.parallel.zero == 1) return finish_gradients_zero(run, comm);
-  for (std::size_t c = 0; c < run.chunks.size(); ++c) {
-    run.chunks[c]->fold_tied_head_grad();
-    if (!run.syncs.empty()) run.syncs[c]->finish(comm);
-    run.chunks[c]->sum_sequence_parallel_grads();
-  }
-  sum_tied_embedding(run);
 }
 
 // What every rank needs after the schedule, in one sum over the world: each tensor's sum of
@@ -107,13 +99,13 @@ struct Agreement {
 };
 
 // This rank's sums of squares per tensor (in model order) added into sq; one backend call per
-// chunk, over its whole gradients or, under ZeRO-1, its pieces of the summed shard.
+// chunk, over the gradients its optimizer reads: whole, or under ZeRO-1 its shard of the sums.
 void local_norm_squares(Run& run, double* sq) {
-  const bool zero = run.cfg.parallel.zero == 1;
-  if (!zero && run.layout.coords().dp != 0) return; // the dp replicas' gradients are equal
-  for (std::size_t k = 0; k < run.chunks.size(); ++k) {
-    NormTensors& nt = run.norm_tensors[k];
-    const float* g = zero ? run.zero[k]->shard_grads() : run.chunks[k]->grads();
+  for (Chunk& c : run.chunks) {
+    // whole optimizers: the dp replicas' gradients are equal, dp rank 0 counts them
+    if (!c.opt->sharded() && run.layout.coords().dp != 0) continue;
+    NormTensors& nt = c.norm;
+    const float* g = c.opt->summed_grads(c.stage->grads());
     run.be.sum_squares_each(nt.sums.data(), g, nt.offset.data(), nt.size.data(),
                             static_cast<int>(nt.index.size()));
     for (std::size_t i = 0; i < nt.index.size(); ++i) sq[nt.index[i]] += nt.sums[i];
@@ -165,7 +157,7 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, in
   const TrainConfig& t = run.cfg.train;
   StepResult r;
   const double t0 = wall_time();
-  for (auto& c : run.chunks) c->zero_grads();
+  for (Chunk& c : run.chunks) c.stage->zero_grads();
   const double loss = run.engine->run(step, sampler, r.times, drain);
   const double t_reduce = wall_time();
   finish_gradients(run, r.comm);
@@ -194,9 +186,7 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, in
   }
   r.lr = learning_rate(t, step);
   if (run.two_bw.on()) run.two_bw.keep(run.be, run.chunks); // 2bw: W(t) stays for step t+1
-  for (std::size_t c = 0; c < run.chunks.size(); ++c) {
-    run.opts[c]->step(run.chunks[c]->params(), run.chunks[c]->grads(), r.lr, grad_scale);
-  }
+  for (Chunk& c : run.chunks) c.opt->step(c.stage->params(), c.stage->grads(), r.lr, grad_scale);
   run.trace.add("optimizer", t_update, wall_time(), step); // loss, norm, clipping, AdamW
   r.seconds = wall_time() - t0;
   return r;

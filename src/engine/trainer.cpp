@@ -103,7 +103,8 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   print_run_header(run);
   Checkpoints checkpoints{
       run,
-      Shards{run.chunks, states_of(run.opts), run.two_bw.on() ? &run.two_bw.older : nullptr},
+      Shards{stages_of(run.chunks), optimizers_of(run.chunks),
+             run.two_bw.on() ? &run.two_bw.older : nullptr},
       {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();

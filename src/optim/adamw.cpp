@@ -26,6 +26,15 @@ std::vector<Optimizer::Run> AdamW::runs(std::size_t tensor) {
   return {Run{0, s.size, m_.data() + s.state_offset, v_.data() + s.state_offset}};
 }
 
+std::vector<Optimizer::Span> AdamW::grad_spans() const {
+  std::vector<Span> out;
+  if (!per_tensor_) return out;
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    out.push_back({i, segments_[i].param_offset, segments_[i].size});
+  }
+  return out;
+}
+
 AdamW::AdamW(std::vector<AdamSegment> segments, std::size_t state_size, const TrainConfig& t,
              const Backend& backend)
     : segments_(std::move(segments)), be_(backend), beta1_(t.beta1), beta2_(t.beta2), eps_(t.eps),

@@ -32,9 +32,11 @@ public:
   int updates() const override { return t_; }
   void set_updates(int t) override { t_ = t; }
   // Made from a layout: tensor i's moments, whole (one run); otherwise none (ZeRO-1's shard is
-  // the state a checkpoint sees, comm/zero.hpp).
+  // the state a checkpoint sees, optim/zero_adamw.hpp).
   std::vector<Run> runs(std::size_t tensor) override;
   bool sharded() const override { return false; }
+  // Made from a layout: each tensor whole at its offset; otherwise none.
+  std::vector<Span> grad_spans() const override;
   float* m() { return m_.data(); }
   float* v() { return v_.data(); }
   const float* m() const { return m_.data(); }

@@ -129,7 +129,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     const auto bucket_floats = static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0);
     const std::vector<GradBucket> buckets = make_buckets(layout, bucket_floats);
     for (const GradBucket& k : buckets) largest_bucket = std::max(largest_bucket, k.count);
-    if (cfg.parallel.zero == 1) { // comm/zero.hpp: this rank's blocks of every padded bucket
+    if (cfg.parallel.zero == 1) { // optim/zero_adamw.hpp: this rank's blocks of every padded bucket
       const auto dp = static_cast<std::size_t>(cfg.parallel.dp);
       std::size_t shard = 0;
       for (const GradBucket& k : buckets) {

@@ -49,7 +49,7 @@ void print_op_profile(const Watchdog& watchdog, MPI_Comm world, int steps, bool 
   std::fflush(stdout);
 }
 
-std::vector<ParamSummary> summarize_params(const std::vector<std::unique_ptr<GptStage>>& chunks,
+std::vector<ParamSummary> summarize_params(const std::vector<GptStage*>& chunks,
                                            const ParamLayout& whole, const Watchdog& watchdog,
                                            MPI_Comm tp, MPI_Comm pp) {
   const std::size_t G = whole.tensors().size();

@@ -24,7 +24,7 @@ void print_op_profile(const Watchdog& watchdog, MPI_Comm world, int steps, bool 
 // sum_i p_i u_i (u_i in [-1, 1] from a hash), which any single changed element moves. Each
 // element is counted once (GptStage::counts_in_norm) and the parts are added over tp and pp.
 // Collective over tp and pp; the result on every rank.
-std::vector<ParamSummary> summarize_params(const std::vector<std::unique_ptr<GptStage>>& chunks,
+std::vector<ParamSummary> summarize_params(const std::vector<GptStage*>& chunks,
                                            const ParamLayout& whole, const Watchdog& watchdog,
                                            MPI_Comm tp, MPI_Comm pp);
 

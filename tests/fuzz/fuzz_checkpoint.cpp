@@ -64,6 +64,15 @@ struct Rank {
   std::vector<std::unique_ptr<pt::AdamW>> opts;
   std::string path; // the temporary .h5 file each input is written to
 
+  pt::Shards shards() const {
+    pt::Shards s{{}, {}};
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      s.stages.push_back(chunks[c].get());
+      s.opts.push_back(opts[c].get());
+    }
+    return s;
+  }
+
   Rank() {
     // the deck the seeds were written with (make_seeds.sh), so an undamaged seed loads
     std::ifstream in(PT_FUZZ_CHECKPOINT_DECK);
@@ -136,7 +145,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   keep_input(data, size);
   try {
     const pt::TrainState st = pt::read_checkpoint(r.path, r.cfg, *r.layout, pt::Watchdog::none(),
-                                                  pt::Shards{r.chunks, pt::states_of(r.opts)});
+                                                  r.shards());
     if (fuzz::verbose()) std::fprintf(stderr, "loaded: step %d\n", st.step);
     if (st.step < 0) fuzz::finding("accepted a negative step", std::to_string(st.step));
     for (const auto& o : r.opts) {

@@ -3,7 +3,7 @@
 // - GradSync in each overlap mode (none, thread, poll; MPI_Allreduce and ring), its buckets
 //   started layer by layer as the engine does, against one MPI_Allreduce of the whole buffer:
 //   bit for bit, and buckets started early in thread and poll mode;
-// - ZeroShard: its runs cover every element of every tensor exactly once over the dp ranks;
+// - ZeroAdamW: its runs cover every element of every tensor exactly once over the dp ranks;
 //   reduce() leaves in each run the summed gradients; step() gives every rank the parameters a
 //   whole AdamW gives from the summed gradients, bit for bit, over three steps; the update count
 //   is its state's.
@@ -17,7 +17,7 @@
 
 #include "comm/grad_sync.hpp"
 #include "comm/watchdog.hpp"
-#include "comm/zero.hpp"
+#include "optim/zero_adamw.hpp"
 #include "optim/adamw.hpp"
 
 namespace {
@@ -71,10 +71,10 @@ void grad_sync_case(Tally& t, const pt::ParamLayout& lay, pt::Overlap overlap,
   t.check(early, "buckets started during the backward");
 }
 
-// ZeroShard against a whole AdamW on the summed gradients.
+// ZeroAdamW against a whole AdamW on the summed gradients.
 void zero_case(Tally& t, const pt::ParamLayout& lay, const pt::Watchdog& watchdog) {
   pt::TrainConfig tc;
-  pt::ZeroShard shard(lay, 600, MPI_COMM_WORLD, watchdog, tc);
+  pt::ZeroAdamW shard(lay, 600, MPI_COMM_WORLD, watchdog, tc);
   pt::AdamW whole(lay, tc);
   const std::vector<pt::ParamTensor>& tensors = lay.tensors();
 
@@ -104,7 +104,7 @@ void zero_case(Tally& t, const pt::ParamLayout& lay, const pt::Watchdog& watchdo
     MPI_Allreduce(MPI_IN_PLACE, sum.data(), static_cast<int>(sum.size()), MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
     shard.reduce(grads.data());
-    for (const pt::ZeroShard::Piece& p : shard.pieces()) {
+    for (const pt::ZeroAdamW::Piece& p : shard.pieces()) {
       const float* mine = shard.shard_grads() + p.shard_offset;
       const float* full = sum.data() + tensors[p.tensor].offset + p.begin;
       reduced = reduced && std::memcmp(mine, full, p.size * sizeof(float)) == 0;

@@ -19,15 +19,17 @@
 
 namespace pt {
 
-class ZeroShard final : public Optimizer {
+class ZeroAdamW final : public Optimizer {
 public:
   // Collective over dp (every rank of it makes one per chunk, in the same order).
-  ZeroShard(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
+  ZeroAdamW(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
             const Watchdog& watchdog, const TrainConfig& t);
 
   // grads: the chunk's flat gradients of this rank's micro-batches. Afterwards shard_grads()
   // holds this rank's blocks summed over the dp group.
-  void reduce(const float* grads);
+  void reduce(const float* grads) override;
+  const float* summed_grads(const float* /*grads*/) const override { return grads_.data(); }
+  std::vector<Span> grad_spans() const override;
   // AdamW on this rank's blocks of the summed gradients (reduce(); times grad_scale; `grads`
   // is not read), then every rank's updated blocks into params.
   void step(float* params, const float* grads, double lr, float grad_scale) override;

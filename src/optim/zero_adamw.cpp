@@ -1,4 +1,4 @@
-#include "comm/zero.hpp"
+#include "optim/zero_adamw.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -7,7 +7,7 @@
 
 namespace pt {
 
-ZeroShard::ZeroShard(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
+ZeroAdamW::ZeroAdamW(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
                      const Watchdog& watchdog, const TrainConfig& t)
     : comm_(dp, watchdog, what_) {
   const auto p = static_cast<std::size_t>(comm_.size);
@@ -37,15 +37,15 @@ ZeroShard::ZeroShard(const ParamLayout& layout, std::size_t bucket_floats, MPI_C
   padded_.resize(widest);
 }
 
-std::size_t ZeroShard::block_begin(const Bucket& b) const {
+std::size_t ZeroAdamW::block_begin(const Bucket& b) const {
   return b.offset + std::min(b.count, b.each * static_cast<std::size_t>(comm_.rank));
 }
 
-std::size_t ZeroShard::block_end(const Bucket& b) const {
+std::size_t ZeroAdamW::block_end(const Bucket& b) const {
   return b.offset + std::min(b.count, b.each * static_cast<std::size_t>(comm_.rank + 1));
 }
 
-void ZeroShard::reduce(const float* grads) {
+void ZeroAdamW::reduce(const float* grads) {
   for (const Bucket& b : buckets_) {
     std::copy(grads + b.offset, grads + b.offset + b.count, padded_.begin());
     std::fill(padded_.begin() + static_cast<std::ptrdiff_t>(b.count),
@@ -55,7 +55,7 @@ void ZeroShard::reduce(const float* grads) {
 }
 
 // Every rank's block of each bucket from `shard` (laid out as the shard buffers) into `flat`.
-void ZeroShard::gather(const float* shard, float* flat) {
+void ZeroAdamW::gather(const float* shard, float* flat) {
   for (const Bucket& b : buckets_) {
     all_gather_blocks(shard + b.shard_offset, padded_.data(), b.each, comm_);
     std::copy(padded_.begin(), padded_.begin() + static_cast<std::ptrdiff_t>(b.count),
@@ -63,7 +63,7 @@ void ZeroShard::gather(const float* shard, float* flat) {
   }
 }
 
-void ZeroShard::step(float* params, const float* /*grads*/, double lr, float grad_scale) {
+void ZeroAdamW::step(float* params, const float* /*grads*/, double lr, float grad_scale) {
   opt_->step(params, grads_.data(), lr, grad_scale);
   // this rank's updated blocks, laid out as the shard (the moments' scratch is free to reuse:
   // the gradient buffer, whose sums the update has consumed)
@@ -76,7 +76,13 @@ void ZeroShard::step(float* params, const float* /*grads*/, double lr, float gra
   gather(grads_.data(), params);
 }
 
-std::vector<Optimizer::Run> ZeroShard::runs(std::size_t tensor) {
+std::vector<Optimizer::Span> ZeroAdamW::grad_spans() const {
+  std::vector<Span> out;
+  for (const Piece& p : pieces_) out.push_back({p.tensor, p.shard_offset, p.size});
+  return out;
+}
+
+std::vector<Optimizer::Run> ZeroAdamW::runs(std::size_t tensor) {
   std::vector<Run> out;
   for (const Piece& p : pieces_) {
     if (p.tensor == tensor) {
