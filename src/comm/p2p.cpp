@@ -56,9 +56,10 @@ PipeTransport::Handle PipeTransport::irecv(float* x, int dir, int mb, int chunk,
 
 std::map<PipeTransport::Msg, PipeTransport::Handle>
 PipeTransport::receive_step(const std::vector<schedule::Action>& actions,
-                            const std::function<float*(const Msg&)>& buffer) {
+                            const std::function<float*(const Msg&)>& buffer,
+                            bool over_mpi) {
   std::map<Msg, Handle> posted;
-  if (nccl_) {
+  if (nccl_ && !over_mpi) {
     for (auto& l : links_) {
       if (l != nullptr) l->restart();
     }
@@ -78,8 +79,8 @@ PipeTransport::receive_step(const std::vector<schedule::Action>& actions,
 }
 
 PipeTransport::Handle PipeTransport::start_send(const float* x, int dir, int mb, int chunk,
-                                                int peer) {
-  if (!nccl_) return isend(x, dir, mb, chunk, peer);
+                                                int peer, bool over_mpi) {
+  if (!nccl_ || over_mpi) return isend(x, dir, mb, chunk, peer);
   Handle h;
   h.link = nccl_send_link_.at({dir, peer});
   h.k = links_[h.link]->send(x, n_);
@@ -91,17 +92,6 @@ double PipeTransport::wait(Handle& h, const std::string& what) const {
   cuda::NcclLink& link = *links_[h.link];
   const int k = h.k;
   return watchdog_.wait_until([&link, k] { return link.done(k); }, what);
-}
-
-void PipeTransport::send(const float* x, int dir, int mb, int chunk, int peer,
-                         const std::string& what) {
-  Handle h = isend(x, dir, mb, chunk, peer);
-  wait(h, what);
-}
-
-void PipeTransport::recv(float* x, int dir, int mb, int chunk, int peer, const std::string& what) {
-  Handle h = irecv(x, dir, mb, chunk, peer);
-  wait(h, what);
 }
 
 } // namespace pt

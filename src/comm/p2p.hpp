@@ -45,18 +45,16 @@ public:
   // Posts every receive of the step list `actions` (its RECV_ACT/RECV_GRAD), message m into
   // buffer(m): n floats in the memory device() says. NCCL links carry no tags, so each link's
   // receives are queued in the order its sender sends them, whatever order the actions need.
+  // over_mpi: over MPI into host memory whatever the links (evaluation's list, whose messages
+  // are not the step's that the links are set up for).
   std::map<Msg, Handle> receive_step(const std::vector<schedule::Action>& actions,
-                                     const std::function<float*(const Msg&)>& buffer);
+                                     const std::function<float*(const Msg&)>& buffer,
+                                     bool over_mpi = false);
   // Starts sending x[0, n), left unchanged until wait(): (dir, mb, chunk) are this rank's, peer
-  // the receiving pipeline rank.
-  Handle start_send(const float* x, int dir, int mb, int chunk, int peer);
+  // the receiving pipeline rank; over_mpi as for receive_step.
+  Handle start_send(const float* x, int dir, int mb, int chunk, int peer, bool over_mpi = false);
   // `what` names the wait in the watchdog's message. Returns the seconds waited.
   double wait(Handle& h, const std::string& what) const;
-
-  // Blocking, under the watchdog, over MPI on host memory whatever the links (evaluate(), whose
-  // messages are not in the links' order); (dir, mb, chunk) are this rank's, peer the other end.
-  void send(const float* x, int dir, int mb, int chunk, int peer, const std::string& what);
-  void recv(float* x, int dir, int mb, int chunk, int peer, const std::string& what);
 
 private:
   int tag(int dir, int mb, int sender_stage) const;

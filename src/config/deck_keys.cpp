@@ -351,6 +351,10 @@ std::vector<DeckKey> make_table() {
       boolean("log", "op_profile", &RC::log, &L::op_profile,
               {"time every kernel op and copy and print a table summed over ranks at the end "
                "(docs/performance.md); the run's numbers are unchanged"}),
+      boolean("log", "param_digests", &RC::log, &L::param_digests,
+              {"every logged step writes each tensor's digest, sum of squares and projection "
+               "(as final_params) to metrics.jsonl: comparisons of layouts name the first step "
+               "and tensor that differ; a pass over the parameters a logged step"}),
 
       number("runtime", "hang_timeout_s", &RC::runtime, &R::hang_timeout_s, 0.0, 1e7, false,
              {"a rank waiting longer on a message or collective names it and aborts the job "

@@ -110,6 +110,7 @@ struct LogConfig {
   // one-step run (validate() resolves it)
   int trace_first = 0, trace_last = 0;
   bool op_profile = false; // time every kernel op (synchronized), print a table at the end
+  bool param_digests = false; // every logged step's parameter summaries into metrics.jsonl
   bool operator==(const LogConfig&) const = default;
 };
 

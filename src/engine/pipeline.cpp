@@ -72,7 +72,11 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
     for (int i = 0; i < u.peak_live; ++i) acquire(c, -1 - i);
     for (int i = 0; i < u.peak_live; ++i) release(c, -1 - i);
   }
-  if (staged_) eval_buf_ = FloatBuffer(NC);
+  eval_ = schedule::forward_only(sched);
+  for (const Action& a : eval_.ranks[static_cast<std::size_t>(me_)]) {
+    if (a.op == Op::RECV_ACT) eval_recv_.try_emplace(MsgKey{0, a.mb, a.chunk}, NC);
+    if (a.op == Op::SEND_ACT && staged_) eval_send_.try_emplace(Key{a.mb, a.chunk}, NC);
+  }
   drop_first_send_ = test_hooks().drop_send && me_ == 0;
 }
 
@@ -107,8 +111,21 @@ void PipelineEngine::release(int chunk, int mb) {
   live_.erase(it);
 }
 
-float* PipelineEngine::recv_buffer(int dir, int mb, int chunk) {
-  return recv_buf_.at(MsgKey{dir, mb, chunk}).data();
+// What one run of an action list (a step's, or evaluation's) keeps between its actions.
+struct PipelineEngine::Step {
+  int step;
+  std::int64_t first_sample; // this dp replica's first sample of the step
+  const Sampler& sampler;
+  StepTimes& t;
+  std::map<MsgKey, PipeTransport::Handle> recv;
+  std::vector<PipeTransport::Handle> grad_sends;
+  double loss_sum = 0.0;
+  bool dropped = false;    // test hook drop_send: the first SEND_ACT was skipped
+  bool evaluating = false; // evaluation's list: no backward, messages over MPI, not traced
+};
+
+float* PipelineEngine::recv_buffer(const Step& st, int dir, int mb, int chunk) {
+  return (st.evaluating ? eval_recv_ : recv_buf_).at(MsgKey{dir, mb, chunk}).data();
 }
 
 const float* PipelineEngine::received_grad(GptStage& stage, int mb, int chunk) {
@@ -116,7 +133,7 @@ const float* PipelineEngine::received_grad(GptStage& stage, int mb, int chunk) {
   if (const int next = local_neighbour(chunk, +1); next >= 0) {
     return grad_send_buf_.at({mb, next}).data(); // written by this rank's next chunk
   }
-  const float* host = recv_buffer(1, mb, chunk);
+  const float* host = recv_buf_.at(MsgKey{1, mb, chunk}).data();
   if (!staged_ || transport_.device())
     return host; // host memory that the stage reads, or backend memory
   float* dev = grad_dev_.at(Key{mb, chunk}).data();
@@ -150,18 +167,6 @@ void PipelineEngine::load_batch(GptStage& stage, StageActivations& acts, const S
 const float* PipelineEngine::stage_output(const StageActivations& a) const {
   return a.blocks.empty() ? a.input.data() : a.blocks.back().out.data();
 }
-
-// What one run() keeps between its actions.
-struct PipelineEngine::Step {
-  int step;
-  std::int64_t first_sample; // this dp replica's first sample of the step
-  const Sampler& sampler;
-  StepTimes& t;
-  std::map<MsgKey, PipeTransport::Handle> recv;
-  std::vector<PipeTransport::Handle> grad_sends;
-  double loss_sum = 0.0;
-  bool dropped = false; // test hook drop_send: the first SEND_ACT was skipped
-};
 
 double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t, bool drain) {
   const double t_start = wall_time();
@@ -234,12 +239,14 @@ void PipelineEngine::timed(Step& st, const Action& a, const std::function<void()
   const double t1 = wall_time();
   st.t.compute_s += t1 - t0;
   st.t.add(a.op, t1 - t0);
-  if (trace_ != nullptr) trace_->add(schedule::op_name(a.op), t0, t1, st.step, a.mb, a.chunk);
+  if (trace_ != nullptr && !st.evaluating) {
+    trace_->add(schedule::op_name(a.op), t0, t1, st.step, a.mb, a.chunk);
+  }
 }
 
 void PipelineEngine::waited(Step& st, double seconds, int mb, int chunk) {
   st.t.wait_s += seconds;
-  if (trace_ == nullptr) return;
+  if (trace_ == nullptr || st.evaluating) return;
   const double now = wall_time();
   trace_->add("wait", now - seconds, now, st.step, mb, chunk);
 }
@@ -265,13 +272,15 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     waited(st,
            transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
                            schedule::describe(a) + " (pipeline rank " + std::to_string(me_) +
-                               ", step " + std::to_string(st.step + 1) + ")"),
+                               (st.evaluating ? ", validation"
+                                              : ", step " + std::to_string(st.step + 1)) +
+                               ")"),
            a.mb, a.chunk);
     return;
   case Op::F: {
     Slot& s = acquire(a.chunk, a.mb);
     const auto [step, j] = step_of(st, a.mb);
-    if (weights_for_) stage.use_weights(weights_for_(a.chunk, step));
+    if (weights_for_ && !st.evaluating) stage.use_weights(weights_for_(a.chunk, step));
     return timed(st, a, [&] {
       if (stage.spec().first || stage.spec().last) {
         load_batch(stage, s.acts, st.sampler, step,
@@ -280,22 +289,23 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
       if (!stage.spec().first) {
         const int prev = local_neighbour(a.chunk, -1);
         const float* in =
-            prev >= 0 ? stage_output(live_.at({a.mb, prev})->acts) : recv_buffer(0, a.mb, a.chunk);
+            prev >= 0 ? stage_output(live_.at({a.mb, prev})->acts) : recv_buffer(st, 0, a.mb, a.chunk);
         stage.backend().copy(s.acts.input.data(), in, NC * sizeof(float));
       }
-      st.loss_sum += stage.forward(s.acts, loss_scale_);
+      st.loss_sum += stage.forward(s.acts, st.evaluating ? 0.0f : loss_scale_);
     });
   }
   case Op::SEND_ACT: {
-    if (drop_first_send_ && !st.dropped) { // test-only: provoke the hang watchdog
+    if (drop_first_send_ && !st.dropped && !st.evaluating) { // test-only: the hang watchdog
       st.dropped = true;
       return;
     }
     const float* out = stage_output(live_.at({a.mb, a.chunk})->acts);
-    if (staged_ && !transport_.device()) {
-      out = sendable(stage, out, act_send_buf_.at({a.mb, a.chunk}));
+    if (staged_ && (st.evaluating || !transport_.device())) {
+      out = sendable(stage, out, (st.evaluating ? eval_send_ : act_send_buf_).at({a.mb, a.chunk}));
     }
-    act_sends_[{a.mb, a.chunk}] = transport_.start_send(out, 0, a.mb, a.chunk, a.peer);
+    act_sends_[{a.mb, a.chunk}] =
+        transport_.start_send(out, 0, a.mb, a.chunk, a.peer, st.evaluating);
     return;
   }
   case Op::B: {
@@ -335,42 +345,27 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
 }
 
 double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
-  const int B = cfg_.train.micro_batch;
-  const int S = sched_.stages();
+  const std::vector<Action>& actions = eval_.ranks[static_cast<std::size_t>(me_)];
+  StepTimes times; // not reported
   double sum = 0.0;
-  // a plain forward chain per batch; virtual stages in order, so the chain never waits on itself
   for (int j = layout_.coords().dp; j < batches; j += layout_.dp()) {
-    const float* local = nullptr; // the previous stage's output when it ran on this rank
-    for (int st = 0; st < S; ++st) {
-      if (sched_.rank_of(st) != me_) continue;
-      const int c = sched_.chunk_of(st);
-      GptStage& stage = *chunks_[static_cast<std::size_t>(c)];
-      Slot& s = acquire(c, -1 - j);
-      if (stage.spec().first || stage.spec().last) {
-        load_batch(stage, s.acts, sampler, 0, static_cast<std::int64_t>(j) * B);
-      }
-      const std::string at =
-          "(validation batch " + std::to_string(j) + ", chunk " + std::to_string(c) + ") ";
-      if (st > 0 && sched_.rank_of(st - 1) == me_) {
-        stage.backend().copy(s.acts.input.data(), local, s.acts.input.bytes());
-      } else if (st > 0) {
-        float* in = staged_ ? eval_buf_.data() : s.acts.input.data();
-        const int from = sched_.rank_of(st - 1);
-        transport_.recv(in, 0, 0, c, from, "RECV_ACT" + at + "from rank " + std::to_string(from));
-        if (staged_) stage.backend().copy(s.acts.input.data(), in, eval_buf_.bytes());
-      }
-      sum += stage.forward(s.acts);
-      local = stage_output(s.acts); // its slot is not reused before the next stage reads it
-      if (st < S - 1 && sched_.rank_of(st + 1) != me_) {
-        const int to = sched_.rank_of(st + 1);
-        transport_.send(sendable(stage, stage_output(s.acts), eval_buf_), 0, 0, c, to,
-                        "completion of SEND_ACT" + at + "to rank " + std::to_string(to));
-      }
-      release(c, -1 - j);
+    Step st{0,
+            static_cast<std::int64_t>(j) * cfg_.train.micro_batch,
+            sampler,
+            times,
+            transport_.receive_step(
+                actions, [this](const MsgKey& k) { return eval_recv_.at(k).data(); }, true),
+            {}};
+    st.evaluating = true;
+    for (const Action& a : actions) execute(a, *chunks_[static_cast<std::size_t>(a.chunk)], st);
+    for (const Action& a : actions) { // the slots stay live until every local chunk has read
+      if (a.op == Op::F) finish_slot(st, a.chunk, a.mb);
     }
+    sum += st.loss_sum;
   }
   watchdog_.allreduce(&sum, 1, MPI_DOUBLE, MPI_SUM, layout_.dp_comm(),
                       "the validation loss's sum over data-parallel ranks");
+  const int S = sched_.stages();
   watchdog_.bcast(&sum, 1, MPI_DOUBLE, sched_.rank_of(S - 1), layout_.pp_comm(),
                   "the validation loss from the last pipeline rank");
   return sum / batches;

@@ -59,7 +59,9 @@ public:
   double run(int step, const Sampler& sampler, StepTimes& times, bool drain = true);
 
   // Forward only over `batches` micro-batches drawn from `sampler` (validation), the batches split
-  // over data-parallel replicas. Returns the mean loss on every rank.
+  // over data-parallel replicas: each batch is one run of schedule::forward_only's list through
+  // the same actions as a step (messages over MPI whatever the links). Returns the mean loss on
+  // every rank.
   double evaluate(const Sampler& sampler, int batches);
 
   // Per chunk (null: none): told when the step's last backward of that chunk has finished a
@@ -95,7 +97,7 @@ private:
   // -1 when another rank does (V placement hands micro-batches between chunks of one rank).
   int local_neighbour(int chunk, int dir) const;
   void release(int chunk, int mb);
-  float* recv_buffer(int dir, int mb, int chunk);
+  float* recv_buffer(const Step& st, int dir, int mb, int chunk);
   // The received output gradient of (mb, chunk) where the stage can read it (null on the last
   // stage): the receive buffer, or its copy in backend memory when staged.
   const float* received_grad(GptStage& stage, int mb, int chunk);
@@ -120,7 +122,8 @@ private:
   std::map<Key, PipeTransport::Handle> act_sends_; // outstanding activation sends
   int p_, v_, me_, N_, C_; // N_: rows of a message (the stages' residual rows)
   float loss_scale_;
-  PipeTransport transport_; // every message (evaluate()'s over MPI, whatever the links)
+  PipeTransport transport_; // every message (evaluation's over MPI, whatever the links)
+  schedule::Schedule eval_;  // evaluation's list (schedule::forward_only)
 
   // activation slots per chunk, reused across micro-batches and steps
   std::vector<std::vector<std::unique_ptr<Slot>>> slots_;
@@ -135,7 +138,9 @@ private:
   bool staged_ = false;
   std::map<Key, FloatBuffer> grad_dev_;                  // received gradients in backend memory
   std::map<Key, FloatBuffer> act_send_buf_;              // activations copied out for SEND_ACT
-  FloatBuffer eval_buf_;                                 // evaluate()'s messages
+  // evaluation's messages in host memory: its receives, and (staged) its sends' copies
+  std::map<MsgKey, FloatBuffer> eval_recv_;
+  std::map<Key, FloatBuffer> eval_send_;
   std::vector<std::int32_t> tokens_host_, targets_host_; // load_batch's rows
   std::vector<GradSync*> sync_;
   bool drop_first_send_ = false; // test-only (util/test_hooks.hpp): the watchdog test

@@ -173,6 +173,11 @@ void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
   if (run.layout.rank() == 0) {
     run.log->step(sm, sm.reduced);
   }
+  if (sm.reduced && cfg.log.param_digests) {
+    const std::vector<ParamSummary> summary = summarize_params(
+        stages_of(run.chunks), run.whole, run.watchdog, run.layout.tp_comm(), run.layout.pp_comm());
+    if (run.layout.rank() == 0) run.log->params(step + 1, summary);
+  }
   totals.steps_done = step + 1;
   totals.final_loss = s.loss;
 }

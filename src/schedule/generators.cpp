@@ -375,6 +375,20 @@ void add_communication(Schedule& s) {
   }
 }
 
+Schedule forward_only(const Schedule& placement) {
+  Schedule s;
+  s.name = placement.name + " forward only";
+  s.p = placement.p;
+  s.v = placement.v;
+  s.vshape = placement.vshape;
+  s.ranks.resize(static_cast<std::size_t>(s.p));
+  for (int st = 0; st < s.stages(); ++st) {
+    s.ranks[static_cast<std::size_t>(s.rank_of(st))].push_back({Op::F, 0, s.chunk_of(st)});
+  }
+  add_communication(s);
+  return s;
+}
+
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
   const bool vshape = kind == ScheduleKind::zb_v || kind == ScheduleKind::dualpipev;
   if (vshape && v != 2) {

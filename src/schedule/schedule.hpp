@@ -97,6 +97,10 @@ Schedule zb_v(int p, int m);
 Schedule dualpipev(int p, int m);
 void add_communication(Schedule& s);
 
+// Evaluation's list: one micro-batch (id 0) forward through every virtual stage in order, placed
+// as `placement` places its stages, with its SEND_ACT/RECV_ACT; no backward.
+Schedule forward_only(const Schedule& placement);
+
 // PipeDream-2BW (docs/design.md section 6; arXiv 2006.09503 section 3): 1F1B with no flush between
 // optimizer steps. two_bw_step is one rank list per rank for one step, which the engine runs:
 // micro-batch j of this step has id parity*m + j, of the next step (1-parity)*m + j (so m is 2x

@@ -73,15 +73,34 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
   std::fflush(stdout);
 }
 
-void MetricsLog::final_params(const std::vector<ParamSummary>& tensors) {
-  if (file_ == nullptr) return;
-  std::fprintf(file_, "{\"final_params\": [");
+namespace {
+
+// [["name", "digest", sum of squares, projection], ...]
+void write_summaries(std::FILE* f, const std::vector<ParamSummary>& tensors) {
+  std::fprintf(f, "[");
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
-    std::fprintf(file_, "%s[\"%s\", \"%016llx\", %.17g, %.17g]", i ? ", " : "", t.name.c_str(),
+    std::fprintf(f, "%s[\"%s\", \"%016llx\", %.17g, %.17g]", i ? ", " : "", t.name.c_str(),
                  t.digest, t.sum_squares, t.projection);
   }
-  std::fprintf(file_, "]}\n");
+  std::fprintf(f, "]");
+}
+
+} // namespace
+
+void MetricsLog::params(int step, const std::vector<ParamSummary>& tensors) {
+  if (file_ == nullptr) return;
+  std::fprintf(file_, "{\"step\": %d, \"params\": ", step);
+  write_summaries(file_, tensors);
+  std::fprintf(file_, "}\n");
+  std::fflush(file_);
+}
+
+void MetricsLog::final_params(const std::vector<ParamSummary>& tensors) {
+  if (file_ == nullptr) return;
+  std::fprintf(file_, "{\"final_params\": ");
+  write_summaries(file_, tensors);
+  std::fprintf(file_, "}\n");
   std::fflush(file_);
 }
 

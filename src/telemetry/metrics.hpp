@@ -55,6 +55,8 @@ public:
   void step(const StepMetrics& m, bool print);
   void validation(int step, double loss);
   // One record with every tensor's summary after the last step.
+  // log.param_digests: the parameters after step `step`, summarized as final_params does.
+  void params(int step, const std::vector<ParamSummary>& tensors);
   void final_params(const std::vector<ParamSummary>& tensors);
   const std::string& path() const { return path_; }
 
