@@ -24,8 +24,7 @@ std::vector<Local> locals(Shards& s, const std::string& name) {
     const ParamLayout& lay = s.stages[c]->layout();
     if (!lay.has(name)) continue;
     const ParamTensor* t = &lay.at(name);
-    out.push_back({s.stages[c], s.opts[c], t,
-                   static_cast<std::size_t>(t - lay.tensors().data()),
+    out.push_back({s.stages[c], s.opts[c], t, static_cast<std::size_t>(t - lay.tensors().data()),
                    s.older != nullptr ? (*s.older)[c].data() : nullptr});
   }
   return out;

@@ -56,8 +56,7 @@ PipeTransport::Handle PipeTransport::irecv(float* x, int dir, int mb, int chunk,
 
 std::map<PipeTransport::Msg, PipeTransport::Handle>
 PipeTransport::receive_step(const std::vector<schedule::Action>& actions,
-                            const std::function<float*(const Msg&)>& buffer,
-                            bool over_mpi) {
+                            const std::function<float*(const Msg&)>& buffer, bool over_mpi) {
   std::map<Msg, Handle> posted;
   if (nccl_ && !over_mpi) {
     for (auto& l : links_) {

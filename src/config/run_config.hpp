@@ -109,7 +109,7 @@ struct LogConfig {
   // log.trace_steps = [first, last], 1-based, inclusive; 0: the second step, or the first of a
   // one-step run (validate() resolves it)
   int trace_first = 0, trace_last = 0;
-  bool op_profile = false; // time every kernel op (synchronized), print a table at the end
+  bool op_profile = false;    // time every kernel op (synchronized), print a table at the end
   bool param_digests = false; // every logged step's parameter summaries into metrics.jsonl
   bool operator==(const LogConfig&) const = default;
 };

@@ -12,8 +12,8 @@ using schedule::Action;
 using schedule::Op;
 
 PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
-                               const schedule::Schedule& sched,
-                               std::vector<GptStage*> chunks, const Watchdog& watchdog,
+                               const schedule::Schedule& sched, std::vector<GptStage*> chunks,
+                               const Watchdog& watchdog,
                                std::vector<std::unique_ptr<cuda::NcclLink>> links)
     : cfg_(cfg), layout_(layout), sched_(sched), chunks_(std::move(chunks)), watchdog_(watchdog),
       actions_(&sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), p_(sched.p),
@@ -122,6 +122,9 @@ struct PipelineEngine::Step {
   double loss_sum = 0.0;
   bool dropped = false;    // test hook drop_send: the first SEND_ACT was skipped
   bool evaluating = false; // evaluation's list: no backward, messages over MPI, not traced
+  std::string what() const {
+    return evaluating ? "validation" : "step " + std::to_string(step + 1);
+  }
 };
 
 float* PipelineEngine::recv_buffer(const Step& st, int dir, int mb, int chunk) {
@@ -269,14 +272,11 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   switch (a.op) {
   case Op::RECV_ACT:
   case Op::RECV_GRAD:
-    waited(st,
-           transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
-                           schedule::describe(a) + " (pipeline rank " + std::to_string(me_) +
-                               (st.evaluating ? ", validation"
-                                              : ", step " + std::to_string(st.step + 1)) +
-                               ")"),
-           a.mb, a.chunk);
-    return;
+    return waited(st,
+                  transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
+                                  schedule::describe(a) + " (pipeline rank " + std::to_string(me_) +
+                                      ", " + st.what() + ")"),
+                  a.mb, a.chunk);
   case Op::F: {
     Slot& s = acquire(a.chunk, a.mb);
     const auto [step, j] = step_of(st, a.mb);
@@ -288,8 +288,8 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
       }
       if (!stage.spec().first) {
         const int prev = local_neighbour(a.chunk, -1);
-        const float* in =
-            prev >= 0 ? stage_output(live_.at({a.mb, prev})->acts) : recv_buffer(st, 0, a.mb, a.chunk);
+        const float* in = prev >= 0 ? stage_output(live_.at({a.mb, prev})->acts)
+                                    : recv_buffer(st, 0, a.mb, a.chunk);
         stage.backend().copy(s.acts.input.data(), in, NC * sizeof(float));
       }
       st.loss_sum += stage.forward(s.acts, st.evaluating ? 0.0f : loss_scale_);

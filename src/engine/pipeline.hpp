@@ -123,7 +123,7 @@ private:
   int p_, v_, me_, N_, C_; // N_: rows of a message (the stages' residual rows)
   float loss_scale_;
   PipeTransport transport_; // every message (evaluation's over MPI, whatever the links)
-  schedule::Schedule eval_;  // evaluation's list (schedule::forward_only)
+  schedule::Schedule eval_; // evaluation's list (schedule::forward_only)
 
   // activation slots per chunk, reused across micro-batches and steps
   std::vector<std::vector<std::unique_ptr<Slot>>> slots_;
@@ -136,8 +136,8 @@ private:
   std::map<Key, FloatBuffer> grad_send_buf_;
   // staged (GPU backend): MPI sees host memory only, whatever the MPI's single-copy mechanism
   bool staged_ = false;
-  std::map<Key, FloatBuffer> grad_dev_;                  // received gradients in backend memory
-  std::map<Key, FloatBuffer> act_send_buf_;              // activations copied out for SEND_ACT
+  std::map<Key, FloatBuffer> grad_dev_;     // received gradients in backend memory
+  std::map<Key, FloatBuffer> act_send_buf_; // activations copied out for SEND_ACT
   // evaluation's messages in host memory: its receives, and (staged) its sends' copies
   std::map<MsgKey, FloatBuffer> eval_recv_;
   std::map<Key, FloatBuffer> eval_send_;

@@ -86,8 +86,7 @@ void report_dp_reduction(const Run& run, const RunTotals& totals) {
   if (run.layout.rank() != 0) return;
   std::printf("dp gradient reduction (overlap %s): %.2f ms exposed of %.2f ms per step; "
               "%.0f bucket(s) started during the backward\n",
-              sync->mode(), 1e3 * most[0] / run_steps, 1e3 * most[1] / run_steps,
-              -most[2]);
+              sync->mode(), 1e3 * most[0] / run_steps, 1e3 * most[1] / run_steps, -most[2]);
   if (const Allreducer* red = sync->reducer()) {
     for (const auto& [n, ch] : red->measured()) {
       std::printf("dp all-reduce auto, %.1f KiB: %s (model: %s; measured", n * 4.0 / 1024.0,

@@ -67,8 +67,8 @@ struct Run {
   std::string staged_why, p2p_why;         // why not, when not
   std::unique_ptr<GroupReducer> tp_reduce; // tp > 1; shared by the chunks (one at a time)
   std::unique_ptr<GroupReducer> embedding_reduce; // tied embedding across the first/last stage
-  std::vector<Chunk> chunks; // chunk c: plan.schedule.stage_of(pp rank, c)
-  ParamLayout whole;         // every tensor of the model, in model order
+  std::vector<Chunk> chunks;                      // chunk c: plan.schedule.stage_of(pp rank, c)
+  ParamLayout whole;                              // every tensor of the model, in model order
   std::map<std::string, std::size_t> tensor_index;
   std::unique_ptr<PipelineEngine> engine;
   WeightVersions two_bw;    // schedule = "2bw"

@@ -101,11 +101,10 @@ void print_stopping(const Run& run, int step, int stop) {
 TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   Run run(cfg, layout, plan);
   print_run_header(run);
-  Checkpoints checkpoints{
-      run,
-      Shards{stages_of(run.chunks), optimizers_of(run.chunks),
-             run.two_bw.on() ? &run.two_bw.older : nullptr},
-      {}};
+  Checkpoints checkpoints{run,
+                          Shards{stages_of(run.chunks), optimizers_of(run.chunks),
+                                 run.two_bw.on() ? &run.two_bw.older : nullptr},
+                          {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();
   TrainResult result;

@@ -144,8 +144,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz::write_input(r.path, data, size);
   keep_input(data, size);
   try {
-    const pt::TrainState st = pt::read_checkpoint(r.path, r.cfg, *r.layout, pt::Watchdog::none(),
-                                                  r.shards());
+    const pt::TrainState st =
+        pt::read_checkpoint(r.path, r.cfg, *r.layout, pt::Watchdog::none(), r.shards());
     if (fuzz::verbose()) std::fprintf(stderr, "loaded: step %d\n", st.step);
     if (st.step < 0) fuzz::finding("accepted a negative step", std::to_string(st.step));
     for (const auto& o : r.opts) {

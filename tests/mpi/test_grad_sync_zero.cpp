@@ -17,8 +17,8 @@
 
 #include "comm/grad_sync.hpp"
 #include "comm/watchdog.hpp"
-#include "optim/zero_adamw.hpp"
 #include "optim/adamw.hpp"
+#include "optim/zero_adamw.hpp"
 
 namespace {
 
