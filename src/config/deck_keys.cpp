@@ -239,7 +239,7 @@ std::vector<DeckKey> make_table() {
       integer("parallel", "zero", &RC::parallel, &P::zero, 0, 1,
               {"1: ZeRO-1, AdamW's state and update sharded over the dp group (docs/memory.md); "
                "needs comm.overlap = \"none\"",
-               "yes, host backend"}),
+               "yes (CUDA: not yet run on a GPU)"}),
       boolean("parallel", "sequence_parallel", &RC::parallel, &P::sequence_parallel,
               {"with tp > 1: the residual stream, its norms and the pipeline messages on N/tp "
                "token rows per rank (docs/tensor-parallel.md); tp must divide micro_batch * "

@@ -150,11 +150,6 @@ void check_layout(RunConfig& c, int world_size, const Rules& r) {
 
 // What each schedule and ZeRO-1 run on, and the micro-batches and partition against the batch.
 void check_schedule(RunConfig& c, const Rules& r) {
-  if (c.parallel.zero == 1 && c.device.kind == DeviceKind::cuda) {
-    r.fail("parallel", "zero",
-           "= 1 runs on the host backend only so far (the CUDA backend's sharded update is not "
-           "written); use parallel.zero = 0 with device.kind = \"cuda\"");
-  }
   if (c.parallel.schedule == ScheduleKind::two_bw &&
       (c.parallel.zero == 1 || c.device.kind == DeviceKind::cuda)) {
     r.fail("parallel", "schedule",

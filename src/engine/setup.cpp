@@ -171,7 +171,7 @@ void make_chunks(Run& run) {
     if (cfg.parallel.zero == 1) {
       chunk.opt = std::make_unique<ZeroAdamW>(
           chunk.stage->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0),
-          layout.dp_comm(), run.watchdog, cfg.train);
+          layout.dp_comm(), run.watchdog, cfg.train, run.be);
     } else {
       chunk.opt = std::make_unique<AdamW>(chunk.stage->layout(), cfg.train, run.be);
     }

@@ -8,8 +8,8 @@
 namespace pt {
 
 ZeroAdamW::ZeroAdamW(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
-                     const Watchdog& watchdog, const TrainConfig& t)
-    : comm_(dp, watchdog, what_) {
+                     const Watchdog& watchdog, const TrainConfig& t, const Backend& backend)
+    : comm_(dp, watchdog, what_), be_(backend) {
   const auto p = static_cast<std::size_t>(comm_.size);
   std::size_t shard = 0, widest = 0;
   for (const GradBucket& k : make_buckets(layout, bucket_floats)) {
@@ -32,8 +32,9 @@ ZeroAdamW::ZeroAdamW(const ParamLayout& layout, std::size_t bucket_floats, MPI_C
       pieces_.push_back({i, at, e - a, a - tensors[i].offset});
     }
   }
-  grads_ = FloatBuffer(shard);
-  opt_ = std::make_unique<AdamW>(std::move(segments), shard, t);
+  grads_ = FloatBuffer(shard, Memory{backend.alloc, backend.release});
+  if (!backend.on_host()) host_.resize(shard);
+  opt_ = std::make_unique<AdamW>(std::move(segments), shard, t, backend);
   padded_.resize(widest);
 }
 
@@ -46,34 +47,36 @@ std::size_t ZeroAdamW::block_end(const Bucket& b) const {
 }
 
 void ZeroAdamW::reduce(const float* grads) {
+  float* shard = staging();
   for (const Bucket& b : buckets_) {
-    std::copy(grads + b.offset, grads + b.offset + b.count, padded_.begin());
+    to_host(be_, padded_.data(), grads + b.offset, b.count);
     std::fill(padded_.begin() + static_cast<std::ptrdiff_t>(b.count),
               padded_.begin() + static_cast<std::ptrdiff_t>(b.each * comm_.size), 0.0f);
-    reduce_scatter_blocks(padded_.data(), grads_.data() + b.shard_offset, b.each, comm_, tmp_);
+    reduce_scatter_blocks(padded_.data(), shard + b.shard_offset, b.each, comm_, tmp_);
   }
+  if (!be_.on_host()) from_host(be_, grads_.data(), shard, grads_.size());
 }
 
-// Every rank's block of each bucket from `shard` (laid out as the shard buffers) into `flat`.
-void ZeroAdamW::gather(const float* shard, float* flat) {
+void ZeroAdamW::gather(float* flat) {
+  const float* shard = staging();
   for (const Bucket& b : buckets_) {
     all_gather_blocks(shard + b.shard_offset, padded_.data(), b.each, comm_);
-    std::copy(padded_.begin(), padded_.begin() + static_cast<std::ptrdiff_t>(b.count),
-              flat + b.offset);
+    from_host(be_, flat + b.offset, padded_.data(), b.count);
   }
 }
 
 void ZeroAdamW::step(float* params, const float* /*grads*/, double lr, float grad_scale) {
   opt_->step(params, grads_.data(), lr, grad_scale);
-  // this rank's updated blocks, laid out as the shard (the moments' scratch is free to reuse:
-  // the gradient buffer, whose sums the update has consumed)
+  // this rank's updated blocks, laid out as the shard, in the host staging (on the host: the
+  // gradient buffer, whose sums the update has consumed)
+  float* shard = staging();
   for (const Bucket& b : buckets_) {
     const std::size_t lo = block_begin(b), hi = block_end(b);
-    float* mine = grads_.data() + b.shard_offset;
-    std::copy(params + lo, params + hi, mine);
+    float* mine = shard + b.shard_offset;
+    to_host(be_, mine, params + lo, hi - lo);
     std::fill(mine + (hi - lo), mine + b.each, 0.0f);
   }
-  gather(grads_.data(), params);
+  gather(params);
 }
 
 std::vector<Optimizer::Span> ZeroAdamW::grad_spans() const {

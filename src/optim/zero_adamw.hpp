@@ -4,6 +4,8 @@
 // multiple of dp floats and split into dp equal blocks, and rank r keeps block r of every bucket,
 // summed over the group in rank order. AdamW's moments and update cover those blocks only; the
 // updated blocks are then all-gathered, so every rank holds all parameters for the next forward.
+// The shard's gradients and moments live in the backend's memory, where AdamW and the norm read
+// them; on a GPU the exchanges go through host copies (MPI sees host memory only).
 #pragma once
 
 #include <mpi.h>
@@ -23,7 +25,8 @@ class ZeroAdamW final : public Optimizer {
 public:
   // Collective over dp (every rank of it makes one per chunk, in the same order).
   ZeroAdamW(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,
-            const Watchdog& watchdog, const TrainConfig& t);
+            const Watchdog& watchdog, const TrainConfig& t,
+            const Backend& backend = host_backend());
 
   // grads: the chunk's flat gradients of this rank's micro-batches. Afterwards shard_grads()
   // holds this rank's blocks summed over the dp group.
@@ -58,13 +61,18 @@ private:
   // This rank's block of bucket b: [begin, end) of the flat buffers (may be empty or short).
   std::size_t block_begin(const Bucket& b) const;
   std::size_t block_end(const Bucket& b) const;
-  void gather(const float* shard, float* flat);
+  // Every rank's block of each bucket from the host shard staging() into flat (backend memory).
+  void gather(float* flat);
+  // This rank's blocks where MPI may read and write them: grads_ itself on the host, else host_.
+  float* staging() { return be_.on_host() ? grads_.data() : host_.data(); }
 
   std::string what_ = "the ZeRO-1 reduce-scatter / all-gather (dp group)";
   ReduceComm comm_;
   std::vector<Bucket> buckets_;
   std::vector<Piece> pieces_;
-  FloatBuffer grads_;                 // this rank's blocks of the summed gradients
+  const Backend& be_;
+  FloatBuffer grads_;                 // this rank's blocks of the summed gradients (backend)
+  CountedVector<float> host_;         // their host copy for MPI (a GPU backend only)
   std::unique_ptr<AdamW> opt_;        // moments of this rank's blocks
   CountedVector<float> padded_, tmp_; // a padded bucket; the exchange's scratch
 };

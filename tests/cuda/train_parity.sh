@@ -2,8 +2,8 @@
 # train_parity.sh PIPETRAIN DECK DATA OUT -- MPIRUN...: the CUDA backend's training against the
 # host's (docs/cuda.md). Ten steps of DECK on one rank on the host and on the GPU (fp32) must give
 # the same losses within 1e-4 relative; then two ranks sharing the GPU run pp = 2 (MPI p2p),
-# dp = 2 and tp = 2 (MPI reductions of host copies; NCCL where two GPUs are visible, one per
-# rank), and each must match the one-rank GPU run within 1e-4; with one GPU, asking for NCCL
+# dp = 2, tp = 2 (MPI reductions of host copies; NCCL where two GPUs are visible, one per
+# rank) and dp = 2 with ZeRO-1 (host copies), and each must match the one-rank GPU run within 1e-4; with one GPU, asking for NCCL
 # (reductions or pipeline messages) must be refused (exit 2). Where two GPUs are visible, pp = 2
 # also runs with its messages through NCCL (comm.gpu_p2p), 1F1B and interleaved. Last, the flash attention kernels: ten steps at bf16 of a model with
 # GPT-2's head size (64) and sequences of 160 tokens (three tiles, the last short) against the
@@ -98,6 +98,10 @@ for layout in dp tp; do
     "log.dir=$out/${layout}2" || exit 1
   python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/${layout}2/metrics.jsonl" || exit 1
 done
+echo "== CUDA one rank vs CUDA dp=2 with ZeRO-1 (its reduce-scatter and all-gather through host copies) =="
+run zero2 "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=1 parallel.dp=2 \
+  parallel.zero=1 device.kind=\"cuda\" "log.dir=$out/zero2" || exit 1
+python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/zero2/metrics.jsonl" || exit 1
 echo "== CUDA one rank vs CUDA tp=2 with sequence parallelism (${collectives} reductions) =="
 run sp2 "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=1 parallel.tp=2 \
   parallel.sequence_parallel=true device.kind=\"cuda\" "comm.gpu_collectives=\"$collectives\"" \
