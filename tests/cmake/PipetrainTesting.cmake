@@ -76,6 +76,8 @@ function(pt_add_mpi_test)
            WORKING_DIRECTORY ${arg_WORKING_DIRECTORY})
   set(arg_ENVIRONMENT ${PT_MPI_ENV} ${arg_ENVIRONMENT})
   _pt_set_test_properties(${arg_NAME})
+  # ctest -j: an NP-rank run takes NP slots (more than -j: it runs alone)
+  set_property(TEST ${arg_NAME} PROPERTY PROCESSORS ${arg_NP})
 endfunction()
 
 # pt_label_mpich_subset(): tools/check runs `ctest -L mpich` on a second build with MPICH; the
