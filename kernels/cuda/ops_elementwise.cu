@@ -75,6 +75,12 @@ struct Axpby { // add: 1, 1; accumulate: out = x = acc; scale: b = 0, no y
   __device__ float operator()(float x, float y) const { return a * x + b * y; }
 };
 
+struct RoundBf16 { // to the nearest bfloat16, ties to even, kept in a float
+  __device__ float operator()(float x, float) const {
+    return __bfloat162float(__float2bfloat16_rn(x));
+  }
+};
+
 template <class F>
 __global__ void map_k(float* out, const float* a, const float* b, std::size_t n, F f) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -161,6 +167,10 @@ void zero(float* x, std::size_t n) {
 
 void scale(float* x, float s, std::size_t n) {
   map(x, x, nullptr, n, Axpby{s, 0.0f}, "scale");
+}
+
+void round_bf16(float* x, std::size_t n) {
+  map(x, x, nullptr, n, RoundBf16{}, "round_bf16");
 }
 
 void sum_squares_each(double* out, const float* x, const std::size_t* offsets,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "bf16.hpp"
 #include "host/fast_math.hpp"
 #include "host/gemm.hpp"
 
@@ -337,6 +338,12 @@ void zero(float* x, std::size_t n) {
 void scale(float* x, float s, std::size_t n) {
   par_chunks("scale", n, [=](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) x[i] *= s;
+  });
+}
+
+void round_bf16(float* x, std::size_t n) {
+  par_chunks("round_bf16", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) x[i] = bf16::round(x[i]);
   });
 }
 

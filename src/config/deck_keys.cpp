@@ -333,9 +333,9 @@ std::vector<DeckKey> make_table() {
              {"host, or cuda: one GPU per rank; exit 2 where no GPU is usable (docs/cuda.md)"}),
       choice("device", "precision", &RC::device, &V::precision,
              {Precision::fp32, Precision::tf32, Precision::bf16},
-             {"matrix products' inputs: fp32, or tf32/bf16 on tensor cores with fp32 "
-              "accumulation; weights, most activations and optimizer state stay fp32; not fp32 "
-              "needs kind = \"cuda\" (docs/cuda.md)"}),
+             {"fp32; bf16: activations, their gradients and pipeline messages stored in bfloat16, "
+              "weights, gradients and optimizer state fp32 (docs/precision.md; on CUDA the "
+              "products' inputs in bf16 too); tf32: CUDA only, products on tensor cores"}),
       integer("device", "blas_threads", &RC::device, &V::blas_threads, 0, 1024,
               {"GEMM threads per rank; 0: cores of the node / ranks on the node"}),
 

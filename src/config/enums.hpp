@@ -11,6 +11,12 @@ namespace pt {
 
 enum class DeviceKind { host, cuda };      // device.kind
 enum class Precision { fp32, tf32, bf16 }; // device.precision
+// How a stage stores its activations and their gradients (docs/precision.md): fp32, or bf16
+// (every stored value rounded to bfloat16), from device.precision on either backend
+enum class ActFormat { fp32, bf16 };
+constexpr ActFormat activation_format(Precision p) {
+  return p == Precision::bf16 ? ActFormat::bf16 : ActFormat::fp32;
+}
 // parallel.schedule
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipev, two_bw };
 enum class PartitionKind { uniform, params, time, explicit_layers }; // parallel.partition

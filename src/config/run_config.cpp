@@ -74,11 +74,10 @@ void check_comm_device(const RunConfig& c, const Rules& r) {
            "= \"nccl\" needs device.kind = \"cuda\": NCCL moves GPU memory between stages, and "
            "the host backend's stages talk MPI; remove the key or use device.kind=\"cuda\"");
   }
-  if (c.device.kind == DeviceKind::host && c.device.precision != Precision::fp32) {
+  if (c.device.kind == DeviceKind::host && c.device.precision == Precision::tf32) {
     r.fail("device", "precision",
-           "= \"" + std::string(name(c.device.precision)) +
-               "\" needs device.kind = \"cuda\": the host backend computes in fp32 only; use "
-               "device.precision=\"fp32\"");
+           "= \"tf32\" needs device.kind = \"cuda\": tf32 is a tensor-core input format; on the "
+           "host use \"fp32\" or \"bf16\" (bf16 activations, fp32 arithmetic)");
   }
 }
 

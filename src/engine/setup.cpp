@@ -162,7 +162,8 @@ void make_chunks(Run& run) {
     Chunk chunk;
     chunk.stage = std::make_unique<GptStage>(
         cfg.model, stage_spec(run.plan.layers, run.plan.schedule.stage_of(me, c)),
-        cfg.train.micro_batch, tp, run.be, cfg.train.recompute);
+        cfg.train.micro_batch, tp, run.be, cfg.train.recompute,
+        activation_format(cfg.device.precision));
     chunk.stage->init_parameters(cfg.train.seed);
     if (cfg.parallel.schedule == ScheduleKind::two_bw) {
       run.two_bw.older.emplace_back(chunk.stage->num_params(),

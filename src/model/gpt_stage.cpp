@@ -26,7 +26,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 } // namespace
 
 GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp,
-                   const Backend& backend, Recompute recompute)
+                   const Backend& backend, Recompute recompute, ActFormat format)
     : model_(model), spec_(stage), tp_(tp), be_(backend), mem_{backend.alloc, backend.release},
       B_(micro_batch), T_(model.seq_len), C_(model.d_model), Ct_(model.d_model / tp.size),
       NH_(model.n_head / tp.size), F_(4 * model.d_model / tp.size), V_(model.vocab_size / tp.size),
@@ -35,7 +35,8 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       layout_(model, stage, tp.rank, tp.size), params_(layout_.total(), mem_),
       grads_(layout_.total(), mem_), d_fch_gelu_(static_cast<std::size_t>(N_) * F_, mem_),
       d_atty_(static_cast<std::size_t>(N_) * Ct_, mem_),
-      att_scratch_(static_cast<std::size_t>(T_) * T_, mem_), recompute_(recompute) {
+      att_scratch_(static_cast<std::size_t>(T_) * T_, mem_), recompute_(recompute),
+      format_(format) {
   find_tensors();
   if (recompute_ == Recompute::selective) {
     att_work_ = FloatBuffer(be_.attention_floats(B_, T_, Ct_, NH_), mem_);
@@ -58,6 +59,10 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
 
 void GptStage::copy_floats(float* dst, const float* src, std::size_t n) const {
   be_.copy(dst, src, n * sizeof(float));
+}
+
+void GptStage::stored(float* x, std::size_t n) const {
+  if (format_ == ActFormat::bf16) be_.round_bf16(x, n);
 }
 
 void GptStage::layer_done(int layer) const {
@@ -214,21 +219,30 @@ void GptStage::block_forward(int i, const float* x, BlockActivations& a) {
   const bool bias_here = tp_.rank == 0;
   be_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, R,
                         C);
+  stored(a.ln1);
   be_.matmul_forward(a.qkv.data(), whole_rows(a.ln1.data()), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
+  stored(a.qkv);
   float* att = a.att.size() > 0 ? a.att.data() : att_work_.data(); // selective: not kept
   be_.attention_forward(a.atty.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
+  stored(a.atty);
   be_.matmul_forward(partial_for(a.res2.data()), a.atty.data(), w.proj_w,
                      bias_here ? w.proj_b : nullptr, N, Ct, C);
   reduce_partial(a.res2.data());
+  stored(a.res2); // the attention branch's output; the residual sum below stays fp32
   be_.accumulate(a.res2.data(), x, a.res2.size());
   be_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), w.ln2_w,
                         w.ln2_b, R, C);
+  stored(a.ln2);
   be_.matmul_forward(a.fch.data(), whole_rows(a.ln2.data()), w.fc_w, w.fc_b, N, C, F);
+  stored(a.fch);
   be_.gelu_forward(a.fch_gelu.data(), a.fch.data(), a.fch.size());
+  stored(a.fch_gelu);
   be_.matmul_forward(partial_for(a.out.data()), a.fch_gelu.data(), w.fcp_w,
                      bias_here ? w.fcp_b : nullptr, N, F, C);
   reduce_partial(a.out.data());
+  stored(a.out); // the MLP branch's output
   be_.accumulate(a.out.data(), a.res2.data(), a.out.size());
+  stored(a.out); // the block's output: between blocks (and stages) the residual stream is stored
 }
 
 float GptStage::forward(StageActivations& a, float loss_scale) {
@@ -238,6 +252,7 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
     be_.encoder_forward(partial_for(a.input.data()), a.tokens.data(), e.wte,
                         tp_.rank == 0 ? e.wpe : nullptr, B_, T_, C_, v0_, v0_ + V_);
     reduce_partial(a.input.data());
+    stored(a.input);
   }
   for (std::size_t i = 0; i < a.blocks.size(); ++i) {
     const int b = static_cast<int>(i);
@@ -256,11 +271,14 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   be_.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b, R_,
                         C_);
+  stored(a.lnf);
   be_.matmul_forward(a.probs.data(), whole_rows(a.lnf.data()), e.lm_head, nullptr, N_, C_, V_);
+  stored(a.probs); // the logits; the loss is computed in fp32 from them
   a.dlogits_scale = tp_.size == 1 ? loss_scale : 0.0f;
   if (a.dlogits_scale != 0.0f) { // the cross-entropy's backward too, in the same pass
     be_.crossentropy_forward_backward(a.losses.data(), a.probs.data(), a.probs.data(),
                                       a.targets.data(), loss_scale, N_, V_);
+    stored(a.probs); // d logits
   } else if (tp_.size == 1) {
     be_.crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
                              V_);
@@ -313,11 +331,14 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
   const float* g_dout = gather_into(s.g_dout, dout);
   linear_backward(d_fch_gelu_.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
                   a.fch_gelu.data());
+  stored(d_fch_gelu_);
   be_.gelu_backward(s.d_fch.data(), a.fch.data(), d_fch_gelu_.data(), d_fch_gelu_.size());
+  stored(s.d_fch);
   // column-parallel fc: sum the input gradient's shares
   linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, F, wg ? g.fc_w : nullptr,
                   g.fc_b, wg ? whole_rows(a.ln2.data()) : nullptr);
   reduce_partial(s.d_ln2.data());
+  stored(s.d_ln2);
   copy_floats(s.d_res2.data(), dout, RC); // residual path
   be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
                                a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
@@ -326,15 +347,19 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
   if (a.att.size() == 0) be_.attention_forward(d_atty_.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
   linear_backward(d_atty_.data(), gather_into(s.g_res2, s.d_res2.data()), w.proj_w, Ct, C,
                   wg ? g.proj_w : nullptr, g.proj_b, a.atty.data());
+  stored(d_atty_);
   be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), att, B_,
                          T_, Ct, NH_);
+  stored(s.d_qkv);
   // column-parallel qkv
   linear_backward(partial_for(s.d_ln1.data()), s.d_qkv.data(), w.qkv_w, C, 3 * Ct,
                   wg ? g.qkv_w : nullptr, g.qkv_b, wg ? whole_rows(a.ln1.data()) : nullptr);
   reduce_partial(s.d_ln1.data());
+  stored(s.d_ln1);
   copy_floats(s.dx.data(), s.d_res2.data(), RC); // residual path
   be_.layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean.data(),
                                a.ln1_rstd.data(), R, C);
+  stored(s.dx); // the gradient of the block's input: stored between blocks
 }
 
 void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
@@ -365,6 +390,7 @@ void GptStage::head_backward_input(StageActivations& a, float loss_scale, float*
   if (a.dlogits_scale == 0.0f) {
     be_.crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
                               v0_);
+    stored(a.probs); // d logits
   } else if (a.dlogits_scale != loss_scale) {
     throw std::logic_error("GptStage: the forward's d logits are for another loss scale");
   }
@@ -374,9 +400,11 @@ void GptStage::head_backward_input(StageActivations& a, float loss_scale, float*
                   with_weights ? head_weight_grad() : nullptr, nullptr,
                   with_weights ? whole_rows(a.lnf.data()) : nullptr);
   reduce_partial(d_lnf);
+  stored(d_lnf, static_cast<std::size_t>(R_) * C_);
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   be_.zero(dx, static_cast<std::size_t>(R_) * C_);
   be_.layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), R_, C_);
+  stored(dx, static_cast<std::size_t>(R_) * C_);
 }
 
 float* GptStage::head_weight_grad() {

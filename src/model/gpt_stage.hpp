@@ -72,8 +72,12 @@ public:
   // recomputes them in the backward; full keeps each block's output (the next block's input)
   // only and recomputes the block's forward in the backward (in the backward-weight half too).
   // Every number stays bit-identical to none.
+  // format: bf16 rounds every activation and activation gradient the stage stores to bfloat16
+  // (docs/precision.md); the residual sums inside a block, the weights and their gradients stay
+  // fp32.
   GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp = {},
-           const Backend& backend = host_backend(), Recompute recompute = Recompute::none);
+           const Backend& backend = host_backend(), Recompute recompute = Recompute::none,
+           ActFormat format = ActFormat::fp32);
 
   const ParamLayout& layout() const { return layout_; }
   const StageSpec& spec() const { return spec_; }
@@ -181,6 +185,9 @@ private:
   const float* gather_into(FloatBuffer& whole, const float* x) const;
   void copy_floats(float* dst, const float* src, std::size_t n) const;
   void layer_done(int layer) const; // runs the weight-gradient hook
+  // x (n) as the activation format stores it: rounded to bfloat16 at bf16, untouched at fp32
+  void stored(float* x, std::size_t n) const;
+  void stored(FloatBuffer& x) const { stored(x.data(), x.size()); }
 
   ModelConfig model_;
   StageSpec spec_;
@@ -203,6 +210,7 @@ private:
   FloatBuffer att_scratch_;                 // (T,T)
   mutable FloatBuffer gath_, part_;         // (N,C) sequence parallel: gathered rows, partial sums
   Recompute recompute_;
+  ActFormat format_;
   FloatBuffer att_work_;           // (B,NH,T,T) selective: the probabilities of the block at hand
   BlockActivations work_;          // full: every activation of the block at hand
   StageStash fused_;               // one block's stash, reused by backward() block after block

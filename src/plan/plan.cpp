@@ -26,7 +26,8 @@ namespace {
 
 // Seconds of forward + backward of one micro-batch through a stage of this shape.
 double time_stage(const RunConfig& cfg, const StageSpec& spec, const Backend& be) {
-  GptStage stage(cfg.model, spec, cfg.train.micro_batch, TpGroup{}, be);
+  GptStage stage(cfg.model, spec, cfg.train.micro_batch, TpGroup{}, be, Recompute::none,
+                 activation_format(cfg.device.precision));
   stage.init_parameters(cfg.train.seed);
   StageActivations a = stage.make_activations();
   FloatBuffer dout(a.input.size(), Memory{be.alloc, be.release});

@@ -4,9 +4,9 @@
 //
 // Tolerances (docs/cuda.md): fp32 keeps the host's 1e-4 per tensor; the training losses get
 // 1e-4 too, because sums with atomics change the last bits from run to run and AdamW carries
-// them on. bf16 rounds every matrix-product input to 8 significant bits: eps = 2^-8 (the spacing
-// of bf16 numbers at 1); each tensor may differ by 8 eps (3.1e-2) and each training loss by
-// 2 eps (7.8e-3).
+// them on. bf16 rounds every matrix-product input and stored activation to 8 significant bits: eps
+// = 2^-8 (the spacing of bf16 numbers at 1); each tensor may differ by 8 eps (3.1e-2) and each
+// training loss by 2 eps (7.8e-3).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -30,7 +30,7 @@ ParityTarget parity_target() {
   const std::string p = PT_PARITY_PRECISION;
   if (p == "bf16") {
     constexpr double eps = 1.0 / 256.0;
-    return {g_backend, 8 * eps, 2 * eps, false};
+    return {g_backend, 8 * eps, 2 * eps, false, ActFormat::bf16};
   }
   return {g_backend, 1e-4, 1e-4, false};
 }

@@ -4,17 +4,20 @@
 #pragma once
 
 #include "backend.hpp"
+#include "config/enums.hpp"
 
 namespace pt {
 
 // tensor_tol: relative L2 error per tensor (and relative error of the loss and gradient norm)
 // against the float64 reference; loss_tol: relative error of each of the ten training losses;
-// exact_split: the split backward must equal the fused one bit for bit.
+// exact_split: the split backward must equal the fused one bit for bit; format: the stage's
+// activation format (docs/precision.md).
 struct ParityTarget {
   const Backend* backend;
   double tensor_tol;
   double loss_tol;
   bool exact_split;
+  ActFormat format = ActFormat::fp32;
 };
 ParityTarget parity_target();
 

@@ -71,7 +71,8 @@ protected:
   std::unique_ptr<GptStage> load_stage() {
     StageSpec spec;
     spec.layer_end = c_.model.n_layer;
-    auto stage = std::make_unique<GptStage>(c_.model, spec, c_.B, TpGroup{}, *t_.backend);
+    auto stage = std::make_unique<GptStage>(c_.model, spec, c_.B, TpGroup{}, *t_.backend,
+                                            Recompute::none, t_.format);
     for (const auto& t : stage->layout().tensors()) {
       std::vector<hsize_t> shape;
       const auto w = file_.read<float>(group_ + "/model/" + t.name, &shape);
