@@ -1,5 +1,6 @@
 #include "comm/p2p.hpp"
 
+#include "bf16.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
@@ -8,8 +9,10 @@ using schedule::Op;
 
 PipeTransport::PipeTransport(MPI_Comm pp, const schedule::Schedule& sched, int me,
                              const Watchdog& watchdog,
-                             std::vector<std::unique_ptr<cuda::NcclLink>> links, std::size_t n)
-    : pp_(pp), sched_(sched), me_(me), watchdog_(watchdog), links_(std::move(links)), n_(n) {
+                             std::vector<std::unique_ptr<cuda::NcclLink>> links, std::size_t n,
+                             bool bf16)
+    : pp_(pp), sched_(sched), me_(me), watchdog_(watchdog), links_(std::move(links)), n_(n),
+      bf16_(bf16) {
   // tags must fit the MPI implementation's upper bound
   int* tag_ub = nullptr;
   int flag = 0;
@@ -39,18 +42,38 @@ int PipeTransport::tag(int dir, int mb, int sender_stage) const {
   return (mb * sched_.stages() + sender_stage) * 2 + dir;
 }
 
+std::uint16_t* PipeTransport::wire(int send, int dir, int mb, int chunk) {
+  CountedVector<std::uint16_t>& w = wire_[{send, dir, mb, chunk}];
+  w.resize(n_);
+  return w.data();
+}
+
 PipeTransport::Handle PipeTransport::isend(const float* x, int dir, int mb, int chunk, int peer) {
   Handle h;
-  PT_MPI(MPI_Isend(x, static_cast<int>(n_), MPI_FLOAT, peer,
-                   tag(dir, mb, sched_.stage_of(me_, chunk)), pp_, &h.req));
+  const int t = tag(dir, mb, sched_.stage_of(me_, chunk)), n = static_cast<int>(n_);
+  if (bf16_) {
+    std::uint16_t* w = wire(1, dir, mb, chunk);
+    for (std::size_t i = 0; i < n_; ++i) w[i] = bf16::from_float(x[i]);
+    PT_MPI(MPI_Isend(w, n, MPI_UINT16_T, peer, t, pp_, &h.req));
+  } else {
+    PT_MPI(MPI_Isend(x, n, MPI_FLOAT, peer, t, pp_, &h.req));
+  }
+  bytes_sent_ += n_ * (bf16_ ? 2 : 4);
   return h;
 }
 
 PipeTransport::Handle PipeTransport::irecv(float* x, int dir, int mb, int chunk, int peer) {
   const int st = sched_.stage_of(me_, chunk);
+  const int t = tag(dir, mb, dir == 0 ? st - 1 : st + 1), n = static_cast<int>(n_);
   Handle h;
-  PT_MPI(MPI_Irecv(x, static_cast<int>(n_), MPI_FLOAT, peer,
-                   tag(dir, mb, dir == 0 ? st - 1 : st + 1), pp_, &h.req));
+  if (bf16_) {
+    std::uint16_t* w = wire(0, dir, mb, chunk);
+    PT_MPI(MPI_Irecv(w, n, MPI_UINT16_T, peer, t, pp_, &h.req));
+    h.packed = w;
+    h.unpack_to = x;
+  } else {
+    PT_MPI(MPI_Irecv(x, n, MPI_FLOAT, peer, t, pp_, &h.req));
+  }
   return h;
 }
 
@@ -83,11 +106,19 @@ PipeTransport::Handle PipeTransport::start_send(const float* x, int dir, int mb,
   Handle h;
   h.link = nccl_send_link_.at({dir, peer});
   h.k = links_[h.link]->send(x, n_);
+  bytes_sent_ += n_ * sizeof(float);
   return h;
 }
 
 double PipeTransport::wait(Handle& h, const std::string& what) const {
-  if (h.k < 0) return watchdog_.wait(h.req, what);
+  if (h.k < 0) {
+    const double waited = watchdog_.wait(h.req, what);
+    if (h.unpack_to != nullptr) {
+      for (std::size_t i = 0; i < n_; ++i) h.unpack_to[i] = bf16::to_float(h.packed[i]);
+      h.unpack_to = nullptr;
+    }
+    return waited;
+  }
   cuda::NcclLink& link = *links_[h.link];
   const int k = h.k;
   return watchdog_.wait_until([&link, k] { return link.done(k); }, what);

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "comm/watchdog.hpp"
 #include "cuda/nccl.hpp"
 #include "schedule/schedule.hpp"
+#include "util/memory_count.hpp"
 
 namespace pt {
 
@@ -25,19 +27,25 @@ class PipeTransport {
 public:
   // A message as its receiver names it: (dir 0 activation / 1 gradient, mb, receiver's chunk).
   using Msg = std::tuple<int, int, int>;
-  // A message in flight: an MPI request, or message k of NCCL link `link`.
+  // A message in flight: an MPI request, or message k of NCCL link `link`. A bf16 receive
+  // arrives in `packed` and is widened into `unpack_to` by wait().
   struct Handle {
     MPI_Request req = MPI_REQUEST_NULL;
     std::size_t link = 0;
     int k = -1;
+    const std::uint16_t* packed = nullptr;
+    float* unpack_to = nullptr;
   };
 
   // pp: the pipeline communicator, me: this rank's pipeline coordinate, n: floats per message.
   // links: empty (MPI), or one entry per channel of schedule::channels(sched), the NCCL link of
-  // each channel this rank sends or receives on (null for the others). Throws input_error when
-  // the schedule's tags exceed this MPI's MPI_TAG_UB.
+  // each channel this rank sends or receives on (null for the others). bf16: the values are
+  // bf16 numbers held in floats (the activation format, docs/precision.md) and MPI moves them as
+  // 2 bytes each, exactly (NCCL links still move 4). Throws input_error when the schedule's tags
+  // exceed this MPI's MPI_TAG_UB.
   PipeTransport(MPI_Comm pp, const schedule::Schedule& sched, int me, const Watchdog& watchdog,
-                std::vector<std::unique_ptr<cuda::NcclLink>> links, std::size_t n);
+                std::vector<std::unique_ptr<cuda::NcclLink>> links, std::size_t n,
+                bool bf16 = false);
 
   // Whether the step's messages move device memory (NCCL links) rather than host memory (MPI).
   bool device() const { return nccl_; }
@@ -55,6 +63,8 @@ public:
   Handle start_send(const float* x, int dir, int mb, int chunk, int peer, bool over_mpi = false);
   // `what` names the wait in the watchdog's message. Returns the seconds waited.
   double wait(Handle& h, const std::string& what) const;
+  // Bytes this rank has sent so far (what the wire carries: 2 a value at bf16 over MPI).
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
 
 private:
   int tag(int dir, int mb, int sender_stage) const;
@@ -68,6 +78,12 @@ private:
   std::vector<std::unique_ptr<cuda::NcclLink>> links_;
   std::size_t n_;
   bool nccl_ = false;
+  bool bf16_ = false;
+  std::uint64_t bytes_sent_ = 0;
+  // bf16 over MPI: the packed copy of each message, by (0 receive / 1 send, dir, mb, chunk),
+  // made at its first use and reused (a message is never in flight twice)
+  std::map<std::tuple<int, int, int, int>, CountedVector<std::uint16_t>> wire_;
+  std::uint16_t* wire(int send, int dir, int mb, int chunk);
   std::vector<std::pair<std::size_t, Msg>> nccl_receives_;    // (link, message) in link order
   std::map<std::pair<int, int>, std::size_t> nccl_send_link_; // (dir, peer) -> link
 };

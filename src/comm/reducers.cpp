@@ -5,6 +5,7 @@
 #include <thread>
 #include <utility>
 
+#include "bf16.hpp"
 #include "comm/layout.hpp"
 #include "cuda/device_query.hpp"
 #include "util/errors.hpp"
@@ -14,48 +15,115 @@
 namespace pt {
 namespace {
 
+// The bf16 sum of MPI's reductions: each value widened, added in fp32, rounded back.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i)
+    b[i] = bf16::from_float(bf16::to_float(a[i]) + bf16::to_float(b[i]));
+}
+
 // MPI under the watchdog: on the host memory itself, or on host copies of a GPU backend's memory
-// (MPI sees host memory only, whatever its single-copy mechanism).
+// (MPI sees host memory only, whatever its single-copy mechanism). In bf16 the values go through
+// packed host copies and a non-commutative bf16 sum (combined in rank order whatever MPI's
+// algorithm).
 class MpiReducer final : public GroupReducer {
 public:
   MpiReducer(MPI_Comm comm, std::string what, const Watchdog& watchdog, const Backend& be)
       : comm_(comm), what_(std::move(what)), watchdog_(watchdog), be_(be) {
     PT_MPI(MPI_Comm_rank(comm_, &rank_));
     PT_MPI(MPI_Comm_size(comm_, &size_));
+    PT_MPI(MPI_Op_create(bf16_sum, 0, &bf16_sum_));
   }
-  void sum(float* x, std::size_t n) override { reduce(x, n, MPI_SUM); }
+  ~MpiReducer() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Op_free(&bf16_sum_);
+  }
+  MpiReducer(const MpiReducer&) = delete;
+  MpiReducer& operator=(const MpiReducer&) = delete;
+
+  void sum(float* x, std::size_t n, ActFormat wire) override {
+    if (wire == ActFormat::bf16) return sum_bf16(x, n);
+    reduce(x, n, MPI_SUM);
+  }
   void max(float* x, std::size_t n) override { reduce(x, n, MPI_MAX); }
-  void reduce_scatter(float* out, const float* x, std::size_t n) override {
+  void reduce_scatter(float* out, const float* x, std::size_t n, ActFormat wire) override {
+    const bool half = wire == ActFormat::bf16;
     const float* in = to_host(x, n * size_, host_in_);
     float* res = result(out, n);
+    const void* send = in;
+    if (half) send = pack(in, n * size_, packed_in_);
+    void* recv = res;
+    if (half) {
+      packed_out_.resize(n);
+      recv = packed_out_.data();
+    }
     MPI_Request req;
-    PT_MPI(
-        MPI_Ireduce_scatter_block(in, res, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_, &req));
+    PT_MPI(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(n),
+                                     half ? MPI_UINT16_T : MPI_FLOAT, half ? bf16_sum_ : MPI_SUM,
+                                     comm_, &req));
     watchdog_.count_collective();
     watchdog_.wait(req, what_ + " (reduce-scatter)");
+    if (half) unpack(packed_out_.data(), res, n);
+    bytes_ += n * size_ * (half ? 2 : 4);
     from_host(out, res, n);
   }
-  void all_gather(float* out, const float* in, std::size_t n) override {
+  void all_gather(float* out, const float* in, std::size_t n, ActFormat wire) override {
+    const bool half = wire == ActFormat::bf16;
     const float* src = to_host(in, n, host_in_);
     float* res = result(out, n * size_);
+    const void* send = src;
+    if (half) send = pack(src, n, packed_in_);
+    void* recv = res;
+    if (half) {
+      packed_out_.resize(n * size_);
+      recv = packed_out_.data();
+    }
+    const MPI_Datatype type = half ? MPI_UINT16_T : MPI_FLOAT;
     MPI_Request req;
-    PT_MPI(MPI_Iallgather(src, static_cast<int>(n), MPI_FLOAT, res, static_cast<int>(n), MPI_FLOAT,
-                          comm_, &req));
+    PT_MPI(MPI_Iallgather(send, static_cast<int>(n), type, recv, static_cast<int>(n), type, comm_,
+                          &req));
     watchdog_.count_collective();
     watchdog_.wait(req, what_ + " (all-gather)");
+    if (half) unpack(packed_out_.data(), res, n * size_);
+    bytes_ += n * (half ? 2 : 4);
     from_host(out, res, n * size_);
   }
+  std::uint64_t bytes() const override { return bytes_; }
 
 private:
   void reduce(float* x, std::size_t n, MPI_Op op) {
+    withhold_if_asked();
+    float* data = const_cast<float*>(to_host(x, n, host_in_));
+    watchdog_.allreduce(data, static_cast<int>(n), MPI_FLOAT, op, comm_, what_);
+    bytes_ += n * sizeof(float);
+    from_host(x, data, n);
+  }
+  void sum_bf16(float* x, std::size_t n) {
+    withhold_if_asked();
+    const float* host = to_host(x, n, host_in_);
+    std::uint16_t* packed = pack(host, n, packed_in_);
+    watchdog_.allreduce(packed, static_cast<int>(n), MPI_UINT16_T, bf16_sum_, comm_, what_);
+    bytes_ += n * 2;
+    float* res = result(x, n);
+    unpack(packed, res, n);
+    from_host(x, res, n);
+  }
+  void withhold_if_asked() {
     if (test_hooks().withhold_tp && rank_ == 1 && !withheld_ &&
         what_.find("tensor-parallel") != std::string::npos) {
       withheld_ = true; // test-only: this rank never joins; the others' watchdog must name it
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
-    float* data = const_cast<float*>(to_host(x, n, host_in_));
-    watchdog_.allreduce(data, static_cast<int>(n), MPI_FLOAT, op, comm_, what_);
-    from_host(x, data, n);
+  }
+  static std::uint16_t* pack(const float* x, std::size_t n, CountedVector<std::uint16_t>& out) {
+    out.resize(n);
+    for (std::size_t i = 0; i < n; ++i) out[i] = bf16::from_float(x[i]);
+    return out.data();
+  }
+  static void unpack(const std::uint16_t* x, float* out, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = bf16::to_float(x[i]);
   }
   // x itself on the host backend, else a host copy of its n floats in `host`
   const float* to_host(const float* x, std::size_t n, CountedVector<float>& host) const {
@@ -83,24 +151,38 @@ private:
   const Backend& be_;
   int rank_ = 0, size_ = 1;
   bool withheld_ = false;
-  CountedVector<float> host_in_, host_out_; // GPU backend: the host copies MPI works on
+  MPI_Op bf16_sum_ = MPI_OP_NULL;
+  std::uint64_t bytes_ = 0;
+  CountedVector<float> host_in_, host_out_;             // GPU backend: the host copies MPI works on
+  CountedVector<std::uint16_t> packed_in_, packed_out_; // bf16: the values MPI moves
 };
 
 // NCCL on device memory, queued on the backend's stream in order with the ops.
 class NcclReducer final : public GroupReducer {
 public:
   explicit NcclReducer(std::unique_ptr<cuda::NcclComm> nccl) : nccl_(std::move(nccl)) {}
-  void sum(float* x, std::size_t n) override { nccl_->sum(x, n); }
-  void max(float* x, std::size_t n) override { nccl_->max(x, n); }
-  void reduce_scatter(float* out, const float* x, std::size_t n) override {
+  // fp32 whatever the wire format (NCCL's bf16 path is not written)
+  void sum(float* x, std::size_t n, ActFormat /*wire*/) override {
+    nccl_->sum(x, n);
+    bytes_ += n * sizeof(float);
+  }
+  void max(float* x, std::size_t n) override {
+    nccl_->max(x, n);
+    bytes_ += n * sizeof(float);
+  }
+  void reduce_scatter(float* out, const float* x, std::size_t n, ActFormat /*wire*/) override {
     nccl_->reduce_scatter(out, x, n);
+    bytes_ += n * sizeof(float); // per rank block; the whole input is size blocks
   }
-  void all_gather(float* out, const float* in, std::size_t n) override {
+  void all_gather(float* out, const float* in, std::size_t n, ActFormat /*wire*/) override {
     nccl_->all_gather(out, in, n);
+    bytes_ += n * sizeof(float);
   }
+  std::uint64_t bytes() const override { return bytes_; }
 
 private:
   std::unique_ptr<cuda::NcclComm> nccl_;
+  std::uint64_t bytes_ = 0;
 };
 
 } // namespace

@@ -19,7 +19,8 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
       actions_(&sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), p_(sched.p),
       v_(sched.v), me_(layout.coords().pp), N_(chunks_.front()->rows()), C_(cfg.model.d_model),
       transport_(layout.pp_comm(), sched, me_, watchdog, std::move(links),
-                 static_cast<std::size_t>(N_) * C_) {
+                 static_cast<std::size_t>(N_) * C_,
+                 activation_format(cfg.device.precision) == ActFormat::bf16) {
   const int tokens = cfg.train.micro_batch * cfg.model.seq_len; // per micro-batch
   loss_scale_ = 1.0f / (static_cast<float>(tokens) * cfg.parallel.micro_batches * layout.dp());
   if (cfg.parallel.schedule == ScheduleKind::two_bw) { // the step lists it runs (schedule.hpp)

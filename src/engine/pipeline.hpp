@@ -70,6 +70,9 @@ public:
 
   // 2bw: the weights a chunk computes a micro-batch of optimizer step `step` with (null: its
   // newest, GptStage::params()).
+  // Bytes of pipeline messages this rank has sent (what the wire carried).
+  std::uint64_t message_bytes() const { return transport_.bytes_sent(); }
+
   // log.trace: every compute action and wait goes into it (null: none).
   void set_trace(Trace* trace) { trace_ = trace; }
 

@@ -100,16 +100,25 @@ void report_dp_reduction(const Run& run, const RunTotals& totals) {
   std::fflush(stdout);
 }
 
-// How many collectives a step that neither logs, validates nor checkpoints made, on every rank.
+// How many collectives a step that neither logs, validates nor checkpoints made, and the bytes
+// of pipeline messages and tensor-parallel collectives sent in the run, on every rank.
 void report_collectives(const Run& run, const RunTotals& totals) {
-  const int n = run.layout.size();
-  std::vector<long> all(static_cast<std::size_t>(n));
-  run.watchdog.allgather(&totals.quiet_collectives, 1, MPI_LONG, all.data(), run.layout.world(),
-                         "the end-of-run count of collectives");
-  if (run.layout.rank() != 0 || all[0] < 0) return;
-  std::printf("collectives a step that does not log, by rank:");
-  for (long c : all) std::printf(" %ld", c);
-  std::printf("\n");
+  const auto n = static_cast<std::size_t>(run.layout.size());
+  const long mine[3] = {totals.quiet_collectives, static_cast<long>(run.engine->message_bytes()),
+                        run.tp_reduce ? static_cast<long>(run.tp_reduce->bytes()) : 0L};
+  std::vector<long> all(3 * n);
+  run.watchdog.allgather(mine, 3, MPI_LONG, all.data(), run.layout.world(),
+                         "the end-of-run count of collectives and bytes");
+  if (run.layout.rank() != 0) return;
+  const auto print = [&](const char* what, int k) {
+    std::printf("%s, by rank:", what);
+    for (std::size_t r = 0; r < n; ++r)
+      std::printf(" %ld", all[3 * r + static_cast<std::size_t>(k)]);
+    std::printf("\n");
+  };
+  if (all[0] >= 0) print("collectives a step that does not log", 0);
+  if (run.layout.pp() > 1) print("pipeline message bytes sent", 1);
+  if (run.layout.tp() > 1) print("tensor-parallel collective bytes sent", 2);
   std::fflush(stdout);
 }
 

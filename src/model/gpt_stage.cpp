@@ -79,17 +79,18 @@ const float* GptStage::whole_rows(const float* x) const {
   return gather_into(gath_, x);
 }
 
+// The activations' collectives move the activation format (bf16: half the bytes).
 void GptStage::reduce_partial(float* dst) const {
   if (sp_) {
-    tp_.reduce->reduce_scatter(dst, part_.data(), static_cast<std::size_t>(R_) * C_);
-  } else {
-    tp_sum(dst, static_cast<std::size_t>(N_) * C_);
+    tp_.reduce->reduce_scatter(dst, part_.data(), static_cast<std::size_t>(R_) * C_, format_);
+  } else if (tp_.size > 1) {
+    tp_.reduce->sum(dst, static_cast<std::size_t>(N_) * C_, format_);
   }
 }
 
 const float* GptStage::gather_into(FloatBuffer& whole, const float* x) const {
   if (!sp_) return x;
-  tp_.reduce->all_gather(whole.data(), x, static_cast<std::size_t>(R_) * C_);
+  tp_.reduce->all_gather(whole.data(), x, static_cast<std::size_t>(R_) * C_, format_);
   return whole.data();
 }
 
