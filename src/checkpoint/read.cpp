@@ -277,7 +277,8 @@ void compare_config(const std::string& saved, const RunConfig& cfg, const std::s
       {"data.path", {old.data.path, cfg.data.path}},
       {"train.seed", {std::to_string(old.train.seed), std::to_string(cfg.train.seed)}},
       {"train.global_batch",
-       {std::to_string(old.train.global_batch), std::to_string(cfg.train.global_batch)}}};
+       {std::to_string(old.train.global_batch), std::to_string(cfg.train.global_batch)}},
+      {"device.precision", {name(old.device.precision), name(cfg.device.precision)}}};
   for (const auto& [key, v] : run_keys) {
     if (v.first == v.second) continue;
     std::fprintf(stderr,

@@ -109,6 +109,8 @@ bool write_metadata(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const
   ok &= write_attr(f, "schema_version", H5T_NATIVE_INT, &schema, 1);
   ok &= write_attr(f, "step", H5T_NATIVE_LLONG, &step, 1);
   ok &= write_attr(f, "tokens_seen", H5T_NATIVE_LLONG, &tokens, 1);
+  // the activation format it was trained with (the parameters and moments are fp32 whatever it)
+  ok &= write_string_attr(f, "precision", name(cfg.device.precision));
   {
     H5 type = string_type(cfg.resolved_text.size());
     H5 space(H5Screate(H5S_SCALAR), H5Sclose);

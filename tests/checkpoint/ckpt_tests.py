@@ -5,7 +5,8 @@
 
 Scenarios (each exits 0 on success, prints what it compared):
   (a layout is PP,DP,TP or PP,DP,TP,ZERO: parallel.zero = 1 with a fourth field of 1; a suffix
-  :SCHEDULE picks the schedule, e.g. 2,1,1:zb-v, with virtual_stages 2 for the V-shaped ones)
+  :SCHEDULE picks the schedule, e.g. 2,1,1:zb-v, with virtual_stages 2 for the V-shaped ones;
+  a suffix +PRECISION sets device.precision, e.g. 2,1,1+bf16)
   bitexact PP,DP,TP     10 steps straight == 5 steps, stop (exit_after_steps), resume 5: identical
                         losses and parameter bytes
   reshard FROM TO       a step-5 checkpoint written by layout FROM continues on layout TO; losses
@@ -46,7 +47,8 @@ STEPS = 10
 
 
 def layout_args(lay):
-    """PP,DP,TP[,ZERO][:SCHEDULE] -> rank count and overrides."""
+    """PP,DP,TP[,ZERO][:SCHEDULE][+PRECISION] -> rank count and overrides."""
+    lay, _, precision = lay.partition("+")
     lay, _, sched = lay.partition(":")
     pp, dp, tp, *zero = (int(x) for x in lay.split(","))
     args = [f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.tp={tp}",
@@ -54,6 +56,8 @@ def layout_args(lay):
     if sched:
         v = 2 if sched in ("zb-v", "dualpipev") else 1
         args += [f'parallel.schedule="{sched}"', f"parallel.virtual_stages={v}"]
+    if precision:
+        args.append(f'device.precision="{precision}"')
     return pp * dp * tp, args
 
 
