@@ -81,6 +81,20 @@ struct RoundBf16 { // to the nearest bfloat16, ties to even, kept in a float
   }
 };
 
+__global__ void pack_bf16_k(std::uint16_t* out, const float* x, std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+  }
+}
+
+__global__ void unpack_bf16_k(float* out, const std::uint16_t* x, std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    out[i] = __bfloat162float(__ushort_as_bfloat16(x[i]));
+  }
+}
+
 template <class F>
 __global__ void map_k(float* out, const float* a, const float* b, std::size_t n, F f) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -171,6 +185,20 @@ void scale(float* x, float s, std::size_t n) {
 
 void round_bf16(float* x, std::size_t n) {
   map(x, x, nullptr, n, RoundBf16{}, "round_bf16");
+}
+
+void pack_bf16(std::uint16_t* out, const float* x, std::size_t n) {
+  ready();
+  if (n == 0) return;
+  pack_bf16_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, x, n);
+  launched("pack_bf16");
+}
+
+void unpack_bf16(float* out, const std::uint16_t* x, std::size_t n) {
+  ready();
+  if (n == 0) return;
+  unpack_bf16_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, x, n);
+  launched("unpack_bf16");
 }
 
 void sum_squares_each(double* out, const float* x, const std::size_t* offsets,

@@ -347,6 +347,18 @@ void round_bf16(float* x, std::size_t n) {
   });
 }
 
+void pack_bf16(std::uint16_t* out, const float* x, std::size_t n) {
+  par_chunks("pack_bf16", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) out[i] = bf16::from_float(x[i]);
+  });
+}
+
+void unpack_bf16(float* out, const std::uint16_t* x, std::size_t n) {
+  par_chunks("unpack_bf16", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) out[i] = bf16::to_float(x[i]);
+  });
+}
+
 double sum_squares(const float* x, std::size_t n) {
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
   double total = 0.0;

@@ -15,7 +15,10 @@
 
 namespace pt {
 
-// Activations a block keeps from forward to backward for one micro-batch.
+// Activations a block keeps from forward to backward for one micro-batch. In the bf16 format
+// (StageShapes::packed) the tensors that hold bf16 values (ln1, qkv, atty, ln2, fch, fch_gelu,
+// and out but in the stage's last block) are kept packed, two bf16 values a float, and widened
+// into the stage's working copy while their block runs (GptStage::view).
 struct BlockActivations {
   FloatBuffer ln1, ln1_mean, ln1_rstd; // (R,C), (R), (R)
   FloatBuffer qkv;                     // (N,3Ct)
@@ -25,6 +28,14 @@ struct BlockActivations {
   FloatBuffer ln2, ln2_mean, ln2_rstd; // (R,C), (R), (R)
   FloatBuffer fch, fch_gelu;           // (N,F)
   FloatBuffer out;                     // (R,C) block output = res2 + MLP branch
+};
+
+// One block's activations as its forward and backward read and write them: fp32 buffers, each the
+// micro-batch's own or the stage's working copy's. att is null where it is not kept (selective
+// recompute).
+struct BlockView {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+      *fch_gelu, *out;
 };
 
 // One micro-batch in flight through a stage.
@@ -61,39 +72,50 @@ struct StageStash {
 
 // A stage's shapes (this tp rank's), in elements; att: the floats one block keeps of attention
 // (the backend's attention_floats: the probabilities on the host, less with flash attention).
+// packed: the bf16 activation format, whose bf16 tensors are kept two to a float; att16: att
+// holds the attention probabilities (B*NH*T*T, the host's attention; not a GPU's flash
+// statistics), which it then keeps in bf16 too.
 struct StageShapes {
   std::size_t B, T, C, Ct, NH, F, V, N, R, att;
-  bool sp;
+  bool sp, packed, att16;
   StageShapes(const ModelConfig& m, int micro_batch, int tp, bool sequence_parallel,
-              std::size_t attention_floats)
+              std::size_t attention_floats, ActFormat format = ActFormat::fp32)
       : B(static_cast<std::size_t>(micro_batch)), T(static_cast<std::size_t>(m.seq_len)),
         C(static_cast<std::size_t>(m.d_model)), Ct(C / static_cast<std::size_t>(tp)),
         NH(static_cast<std::size_t>(m.n_head / tp)), F(4 * Ct),
         V(static_cast<std::size_t>(m.vocab_size / tp)), N(B * T),
         R(sequence_parallel && tp > 1 ? N / static_cast<std::size_t>(tp) : N),
-        att(attention_floats), sp(sequence_parallel && tp > 1) {}
+        att(attention_floats), sp(sequence_parallel && tp > 1), packed(format == ActFormat::bf16),
+        att16(packed && att == B * NH * T * T) {}
+  // floats that hold n values kept in the format: n, or n bf16 values two to a float
+  std::size_t kept(std::size_t n) const { return packed ? (n + 1) / 2 : n; }
 };
 
-// f(buffer, elements) for every buffer of one block's activations.
+// f(buffer, floats) for every buffer of one block's activations; last: the stage's last block,
+// whose output (the stage's, which the pipeline sends) stays unpacked.
 template <class Fn>
-void block_activation_buffers(BlockActivations& k, const StageShapes& s, Recompute rc, Fn&& f) {
+void block_activation_buffers(BlockActivations& k, const StageShapes& s, Recompute rc, bool last,
+                              Fn&& f) {
+  const std::size_t out = last ? s.R * s.C : s.kept(s.R * s.C);
   if (rc == Recompute::full) { // the block's output only: the next block's input
-    f(k.out, s.R * s.C);
+    f(k.out, out);
     return;
   }
-  f(k.ln1, s.R * s.C);
+  f(k.ln1, s.kept(s.R * s.C));
   f(k.ln1_mean, s.R);
   f(k.ln1_rstd, s.R);
-  f(k.qkv, s.N * 3 * s.Ct);
-  if (rc != Recompute::selective) f(k.att, s.att); // selective: recomputed in the backward
-  f(k.atty, s.N * s.Ct);
-  f(k.res2, s.R * s.C);
-  f(k.ln2, s.R * s.C);
+  f(k.qkv, s.kept(s.N * 3 * s.Ct));
+  if (rc != Recompute::selective) { // selective: recomputed in the backward
+    f(k.att, s.att16 ? s.kept(s.att) : s.att);
+  }
+  f(k.atty, s.kept(s.N * s.Ct));
+  f(k.res2, s.R * s.C); // x + attention branch: an fp32 sum
+  f(k.ln2, s.kept(s.R * s.C));
   f(k.ln2_mean, s.R);
   f(k.ln2_rstd, s.R);
-  f(k.fch, s.N * s.F);
-  f(k.fch_gelu, s.N * s.F);
-  f(k.out, s.R * s.C);
+  f(k.fch, s.kept(s.N * s.F));
+  f(k.fch_gelu, s.kept(s.N * s.F));
+  f(k.out, out);
 }
 
 // f(buffer, elements) for every buffer of one micro-batch's activations of a stage.
@@ -105,7 +127,7 @@ void stage_activation_buffers(StageActivations& a, const StageShapes& s, const S
   f(a.input, s.R * s.C);
   for (int l = spec.layer_begin; l < spec.layer_end; ++l) {
     a.blocks.emplace_back();
-    block_activation_buffers(a.blocks.back(), s, rc, f);
+    block_activation_buffers(a.blocks.back(), s, rc, l + 1 == spec.layer_end, f);
   }
   if (spec.last) {
     f(a.lnf, s.R * s.C);

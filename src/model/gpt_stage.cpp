@@ -40,9 +40,12 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
   find_tensors();
   if (recompute_ == Recompute::selective) {
     att_work_ = FloatBuffer(be_.attention_floats(B_, T_, Ct_, NH_), mem_);
-  } else if (recompute_ == Recompute::full) {
+  }
+  if (recompute_ == Recompute::full || format_ == ActFormat::bf16) {
     work_ = make_block_activations();
   }
+  if (format_ == ActFormat::bf16) x_work_ = FloatBuffer(static_cast<std::size_t>(R_) * C_, mem_);
+  att16_ = shapes().att16;
   if (spec_.last && model_.tie_embeddings) {
     head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_, mem_);
   }
@@ -185,13 +188,77 @@ void GptStage::fold_tied_head_grad() {
 
 StageShapes GptStage::shapes() const {
   return StageShapes(model_, B_, tp_.size, tp_.sequence_parallel,
-                     be_.attention_floats(B_, T_, Ct_, NH_));
+                     be_.attention_floats(B_, T_, Ct_, NH_), format_);
 }
 
 BlockActivations GptStage::make_block_activations() const {
-  BlockActivations k;
-  block_activation_buffers(k, shapes(), Recompute::none, Allocate{mem_});
+  BlockActivations k; // the working copy: every buffer, unpacked
+  StageShapes s = shapes();
+  s.packed = false;
+  block_activation_buffers(k, s, Recompute::none, true, Allocate{mem_});
   return k;
+}
+
+BlockView GptStage::view(BlockActivations& kept, bool last) {
+  const bool full = recompute_ == Recompute::full, bf16 = format_ == ActFormat::bf16;
+  const auto at = [](FloatBuffer& own, FloatBuffer& work, bool in_work) {
+    return in_work ? work.data() : own.data();
+  };
+  const bool stored16 = full || bf16; // not kept, or kept packed
+  BlockView v{};
+  v.ln1 = at(kept.ln1, work_.ln1, stored16);
+  v.qkv = at(kept.qkv, work_.qkv, stored16);
+  v.atty = at(kept.atty, work_.atty, stored16);
+  v.ln2 = at(kept.ln2, work_.ln2, stored16);
+  v.fch = at(kept.fch, work_.fch, stored16);
+  v.fch_gelu = at(kept.fch_gelu, work_.fch_gelu, stored16);
+  v.ln1_mean = at(kept.ln1_mean, work_.ln1_mean, full);
+  v.ln1_rstd = at(kept.ln1_rstd, work_.ln1_rstd, full);
+  v.res2 = at(kept.res2, work_.res2, full);
+  v.ln2_mean = at(kept.ln2_mean, work_.ln2_mean, full);
+  v.ln2_rstd = at(kept.ln2_rstd, work_.ln2_rstd, full);
+  v.att = full || (att16_ && kept.att.size() > 0) ? work_.att.data()
+          : kept.att.size() > 0                   ? kept.att.data()
+                                                  : nullptr;
+  v.out = at(kept.out, work_.out, bf16 && !last);
+  return v;
+}
+
+namespace {
+
+// f(kept buffer, working copy's buffer) for each tensor the bf16 format keeps packed
+// (att16: the attention probabilities, where they are kept)
+template <class Fn>
+void packed_tensors(BlockActivations& kept, BlockActivations& work, Recompute rc, bool last,
+                    bool att16, Fn&& f) {
+  if (rc != Recompute::full) {
+    for (auto m : {&BlockActivations::ln1, &BlockActivations::qkv, &BlockActivations::atty,
+                   &BlockActivations::ln2, &BlockActivations::fch, &BlockActivations::fch_gelu}) {
+      f(kept.*m, work.*m);
+    }
+  }
+  if (att16 && kept.att.size() > 0) f(kept.att, work.att);
+  if (!last) f(kept.out, work.out);
+}
+
+std::uint16_t* as_bf16(FloatBuffer& b) {
+  return reinterpret_cast<std::uint16_t*>(b.data());
+}
+
+} // namespace
+
+void GptStage::pack(BlockActivations& kept, bool last) {
+  if (format_ != ActFormat::bf16) return;
+  packed_tensors(kept, work_, recompute_, last, att16_, [&](FloatBuffer& k, FloatBuffer& w) {
+    be_.pack_bf16(as_bf16(k), w.data(), w.size());
+  });
+}
+
+void GptStage::unpack(BlockActivations& kept, bool last) {
+  if (format_ != ActFormat::bf16) return;
+  packed_tensors(kept, work_, recompute_, last, att16_, [&](FloatBuffer& k, FloatBuffer& w) {
+    be_.unpack_bf16(w.data(), as_bf16(k), w.size());
+  });
 }
 
 StageActivations GptStage::make_activations() const {
@@ -207,43 +274,49 @@ StageStash GptStage::make_stash(std::size_t blocks) const {
 }
 
 const float* GptStage::block_input(const StageActivations& a, int i) const {
-  return i == 0 ? a.input.data() : a.blocks[static_cast<std::size_t>(i) - 1].out.data();
+  if (i == 0) return a.input.data();
+  const FloatBuffer& out = a.blocks[static_cast<std::size_t>(i) - 1].out;
+  if (format_ != ActFormat::bf16 || i == static_cast<int>(a.blocks.size())) return out.data();
+  be_.unpack_bf16(x_work_.data(), reinterpret_cast<const std::uint16_t*>(out.data()),
+                  x_work_.size()); // kept packed
+  return x_work_.data();
 }
 
 // ---- forward --------------------------------------------------------------------------------
 
-void GptStage::block_forward(int i, const float* x, BlockActivations& a) {
+void GptStage::block_forward(int i, const float* x, const BlockView& a) {
   const BlockTensors w = block(weights(), spec_.layer_begin + i);
   const int N = N_, R = R_, C = C_, Ct = Ct_, F = F_;
+  const std::size_t RC = static_cast<std::size_t>(R) * C;
   // row-parallel layers: one tp rank adds the (replicated) bias, the all-reduce (or the
   // reduce-scatter) adds the rest; norms and residual on this rank's R rows
   const bool bias_here = tp_.rank == 0;
-  be_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, R,
-                        C);
-  stored(a.ln1);
-  be_.matmul_forward(a.qkv.data(), whole_rows(a.ln1.data()), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
-  stored(a.qkv);
-  float* att = a.att.size() > 0 ? a.att.data() : att_work_.data(); // selective: not kept
-  be_.attention_forward(a.atty.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
-  stored(a.atty);
-  be_.matmul_forward(partial_for(a.res2.data()), a.atty.data(), w.proj_w,
-                     bias_here ? w.proj_b : nullptr, N, Ct, C);
-  reduce_partial(a.res2.data());
-  stored(a.res2); // the attention branch's output; the residual sum below stays fp32
-  be_.accumulate(a.res2.data(), x, a.res2.size());
-  be_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), w.ln2_w,
-                        w.ln2_b, R, C);
-  stored(a.ln2);
-  be_.matmul_forward(a.fch.data(), whole_rows(a.ln2.data()), w.fc_w, w.fc_b, N, C, F);
-  stored(a.fch);
-  be_.gelu_forward(a.fch_gelu.data(), a.fch.data(), a.fch.size());
-  stored(a.fch_gelu);
-  be_.matmul_forward(partial_for(a.out.data()), a.fch_gelu.data(), w.fcp_w,
-                     bias_here ? w.fcp_b : nullptr, N, F, C);
-  reduce_partial(a.out.data());
-  stored(a.out); // the MLP branch's output
-  be_.accumulate(a.out.data(), a.res2.data(), a.out.size());
-  stored(a.out); // the block's output: between blocks (and stages) the residual stream is stored
+  be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, R, C);
+  stored(a.ln1, RC);
+  be_.matmul_forward(a.qkv, whole_rows(a.ln1), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
+  stored(a.qkv, static_cast<std::size_t>(N) * 3 * Ct);
+  float* att = a.att != nullptr ? a.att : att_work_.data(); // selective: not kept
+  be_.attention_forward(a.atty, att, a.qkv, B_, T_, Ct, NH_);
+  stored(a.atty, static_cast<std::size_t>(N) * Ct);
+  if (att16_) stored(att, work_.att.size()); // the probabilities the backward reads
+  be_.matmul_forward(partial_for(a.res2), a.atty, w.proj_w, bias_here ? w.proj_b : nullptr, N, Ct,
+                     C);
+  reduce_partial(a.res2);
+  stored(a.res2, RC); // the attention branch's output; the residual sum below stays fp32
+  be_.accumulate(a.res2, x, RC);
+  be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, R, C);
+  stored(a.ln2, RC);
+  be_.matmul_forward(a.fch, whole_rows(a.ln2), w.fc_w, w.fc_b, N, C, F);
+  stored(a.fch, static_cast<std::size_t>(N) * F);
+  be_.gelu_forward(a.fch_gelu, a.fch, static_cast<std::size_t>(N) * F);
+  stored(a.fch_gelu, static_cast<std::size_t>(N) * F);
+  be_.matmul_forward(partial_for(a.out), a.fch_gelu, w.fcp_w, bias_here ? w.fcp_b : nullptr, N, F,
+                     C);
+  reduce_partial(a.out);
+  stored(a.out, RC); // the MLP branch's output
+  be_.accumulate(a.out, a.res2, RC);
+  stored(a.out,
+         RC); // the block's output: between blocks (and stages) the residual stream is stored
 }
 
 float GptStage::forward(StageActivations& a, float loss_scale) {
@@ -257,13 +330,9 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
   }
   for (std::size_t i = 0; i < a.blocks.size(); ++i) {
     const int b = static_cast<int>(i);
-    if (recompute_ != Recompute::full) {
-      block_forward(b, block_input(a, b), a.blocks[i]);
-      continue;
-    }
-    std::swap(work_.out, a.blocks[i].out); // full: only the output stays with the micro-batch
-    block_forward(b, block_input(a, b), work_);
-    std::swap(work_.out, a.blocks[i].out);
+    const bool last = i + 1 == a.blocks.size();
+    block_forward(b, block_input(a, b), view(a.blocks[i], last));
+    pack(a.blocks[i], last);
   }
   if (!spec_.last) {
     be_.synchronize();
@@ -304,10 +373,15 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
 
 // ---- backward -------------------------------------------------------------------------------
 
-BlockActivations& GptStage::for_backward(int i, const float* x, BlockActivations& kept) {
-  if (recompute_ != Recompute::full) return kept;
-  block_forward(i, x, work_); // the same ops on the same input: the same bits
-  return work_;
+BlockView GptStage::for_backward(int i, const float* x, BlockActivations& kept, bool last) {
+  BlockView v = view(kept, last);
+  if (recompute_ == Recompute::full) {
+    v.out = work_.out.data(); // the kept output may still be in a pipeline send
+    block_forward(i, x, v);   // the same ops on the same input: the same bits
+  } else {
+    unpack(kept, last);
+  }
+  return v;
 }
 
 void GptStage::linear_backward(float* dinp, const float* dout, const float* w, int n_in, int n_out,
@@ -319,7 +393,7 @@ void GptStage::linear_backward(float* dinp, const float* dout, const float* w, i
   }
 }
 
-void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
+void GptStage::block_backward_input(int i, const float* x, const BlockView& a, const float* dout,
                                     BlockStash& s, bool with_weights) {
   const BlockTensors w = block(weights(), spec_.layer_begin + i);
   const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
@@ -331,57 +405,58 @@ void GptStage::block_backward_input(int i, const float* x, BlockActivations& a, 
   // whole rows of the output gradient, gathered)
   const float* g_dout = gather_into(s.g_dout, dout);
   linear_backward(d_fch_gelu_.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
-                  a.fch_gelu.data());
+                  a.fch_gelu);
   stored(d_fch_gelu_);
-  be_.gelu_backward(s.d_fch.data(), a.fch.data(), d_fch_gelu_.data(), d_fch_gelu_.size());
+  be_.gelu_backward(s.d_fch.data(), a.fch, d_fch_gelu_.data(), d_fch_gelu_.size());
   stored(s.d_fch);
   // column-parallel fc: sum the input gradient's shares
   linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, F, wg ? g.fc_w : nullptr,
-                  g.fc_b, wg ? whole_rows(a.ln2.data()) : nullptr);
+                  g.fc_b, wg ? whole_rows(a.ln2) : nullptr);
   reduce_partial(s.d_ln2.data());
   stored(s.d_ln2);
   copy_floats(s.d_res2.data(), dout, RC); // residual path
-  be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2.data(), w.ln2_w,
-                               a.ln2_mean.data(), a.ln2_rstd.data(), R, C);
+  be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2, w.ln2_w, a.ln2_mean,
+                               a.ln2_rstd, R, C);
   // attention branch; selective: the probabilities again (d_atty_ holds the unused output)
-  float* att = a.att.size() > 0 ? a.att.data() : att_work_.data();
-  if (a.att.size() == 0) be_.attention_forward(d_atty_.data(), att, a.qkv.data(), B_, T_, Ct, NH_);
+  float* att = a.att != nullptr ? a.att : att_work_.data();
+  if (a.att == nullptr) {
+    be_.attention_forward(d_atty_.data(), att, a.qkv, B_, T_, Ct, NH_);
+    if (att16_) stored(att, work_.att.size()); // as the forward stored them
+  }
   linear_backward(d_atty_.data(), gather_into(s.g_res2, s.d_res2.data()), w.proj_w, Ct, C,
-                  wg ? g.proj_w : nullptr, g.proj_b, a.atty.data());
+                  wg ? g.proj_w : nullptr, g.proj_b, a.atty);
   stored(d_atty_);
-  be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), att, B_,
-                         T_, Ct, NH_);
+  be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv, att, B_, T_,
+                         Ct, NH_);
   stored(s.d_qkv);
   // column-parallel qkv
   linear_backward(partial_for(s.d_ln1.data()), s.d_qkv.data(), w.qkv_w, C, 3 * Ct,
-                  wg ? g.qkv_w : nullptr, g.qkv_b, wg ? whole_rows(a.ln1.data()) : nullptr);
+                  wg ? g.qkv_w : nullptr, g.qkv_b, wg ? whole_rows(a.ln1) : nullptr);
   reduce_partial(s.d_ln1.data());
   stored(s.d_ln1);
   copy_floats(s.dx.data(), s.d_res2.data(), RC); // residual path
-  be_.layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean.data(),
-                               a.ln1_rstd.data(), R, C);
+  be_.layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean, a.ln1_rstd, R,
+                               C);
   stored(s.dx); // the gradient of the block's input: stored between blocks
 }
 
-void GptStage::block_backward_weight(int i, const float* x, BlockActivations& a,
-                                     const BlockStash& s, bool linears) {
+void GptStage::block_backward_weight(int i, const float* x, const BlockView& a, const BlockStash& s,
+                                     bool linears) {
   const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
   const int N = N_, R = R_, C = C_, Ct = Ct_, F = F_;
   // with sp: the gathered output gradients; the norms' inputs gathered again (not kept); the
   // norms' gradients from this rank's rows (sum_sequence_parallel_grads adds the rest)
   if (linears) {
-    be_.matmul_backward_weight(g.fcp_w, g.fcp_b, sp_ ? s.g_dout.data() : s.dout, a.fch_gelu.data(),
-                               N, F, C);
-    be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), whole_rows(a.ln2.data()), N, C, F);
-    be_.matmul_backward_weight(g.proj_w, g.proj_b, sp_ ? s.g_res2.data() : s.d_res2.data(),
-                               a.atty.data(), N, Ct, C);
-    be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), whole_rows(a.ln1.data()), N, C,
-                               3 * Ct);
+    be_.matmul_backward_weight(g.fcp_w, g.fcp_b, sp_ ? s.g_dout.data() : s.dout, a.fch_gelu, N, F,
+                               C);
+    be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), whole_rows(a.ln2), N, C, F);
+    be_.matmul_backward_weight(g.proj_w, g.proj_b, sp_ ? s.g_res2.data() : s.d_res2.data(), a.atty,
+                               N, Ct, C);
+    be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), whole_rows(a.ln1), N, C, 3 * Ct);
   }
-  be_.layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2.data(), a.ln2_mean.data(),
-                                a.ln2_rstd.data(), R, C);
-  be_.layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean.data(),
-                                a.ln1_rstd.data(), R, C);
+  be_.layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2, a.ln2_mean, a.ln2_rstd, R,
+                                C);
+  be_.layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean, a.ln1_rstd, R, C);
 }
 
 void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx,
@@ -442,7 +517,8 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
   BlockStash& b = fused_.blocks[0];
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
     const float* x = block_input(a, i);
-    BlockActivations& act = for_backward(i, x, a.blocks[static_cast<std::size_t>(i)]);
+    const BlockView act = for_backward(i, x, a.blocks[static_cast<std::size_t>(i)],
+                                       i + 1 == static_cast<int>(a.blocks.size()));
     block_backward_input(i, x, act, grad, b, true);
     block_backward_weight(i, x, act, b, false);
     layer_done(spec_.layer_begin + i);
@@ -468,8 +544,9 @@ void GptStage::backward_input(StageActivations& a, const float* dout, float loss
   }
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
     const float* x = block_input(a, i);
-    block_backward_input(i, x, for_backward(i, x, a.blocks[static_cast<std::size_t>(i)]), grad,
-                         s.blocks[static_cast<std::size_t>(i)]);
+    const bool last = i + 1 == static_cast<int>(a.blocks.size());
+    block_backward_input(i, x, for_backward(i, x, a.blocks[static_cast<std::size_t>(i)], last),
+                         grad, s.blocks[static_cast<std::size_t>(i)]);
     grad = s.blocks[static_cast<std::size_t>(i)].dx.data();
   }
   // gradient of the stage input (what a pipeline sends to the previous stage)
@@ -481,7 +558,8 @@ void GptStage::backward_weight(StageActivations& a, StageStash& s) {
   if (spec_.last) head_backward_weight(a, s.d_lnf.data());
   for (int i = static_cast<int>(a.blocks.size()) - 1; i >= 0; --i) {
     const float* x = block_input(a, i);
-    block_backward_weight(i, x, for_backward(i, x, a.blocks[static_cast<std::size_t>(i)]),
+    const bool last = i + 1 == static_cast<int>(a.blocks.size());
+    block_backward_weight(i, x, for_backward(i, x, a.blocks[static_cast<std::size_t>(i)], last),
                           s.blocks[static_cast<std::size_t>(i)]);
     layer_done(spec_.layer_begin + i);
   }

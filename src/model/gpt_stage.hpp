@@ -154,19 +154,25 @@ private:
 
   StageShapes shapes() const;
   BlockActivations make_block_activations() const;
-  void block_forward(int i, const float* x, BlockActivations& a);
+  void block_forward(int i, const float* x, const BlockView& a);
   // The activations block i's backward reads: its own, or (full) work_ with them recomputed.
-  BlockActivations& for_backward(int i, const float* x, BlockActivations& kept);
+  // Where block i's activations are while it runs (full recompute, bf16: the working copy's
+  // buffers for what is not kept or kept packed); last: the stage's last block.
+  BlockView view(BlockActivations& kept, bool last);
+  // bf16: the working copy's stored tensors into the kept ones, packed; and back, widened.
+  void pack(BlockActivations& kept, bool last);
+  void unpack(BlockActivations& kept, bool last);
+  BlockView for_backward(int i, const float* x, BlockActivations& kept, bool last);
   // A Linear's input gradient (w: its weight, n_in -> n_out features); with dw set, its weight
   // and bias gradients from the same dout and its input inp too, in one call.
   void linear_backward(float* dinp, const float* dout, const float* w, int n_in, int n_out,
                        float* dw, float* dbias, const float* inp) const;
   // The input gradients of block i (with_weights: its Linears' weight gradients too, from the
   // same products: the fused backward, which then calls block_backward_weight for the norms)
-  void block_backward_input(int i, const float* x, BlockActivations& a, const float* dout,
+  void block_backward_input(int i, const float* x, const BlockView& a, const float* dout,
                             BlockStash& s, bool with_weights = false);
   // The weight gradients of block i: its Linears' (unless !linears) and its norms'
-  void block_backward_weight(int i, const float* x, BlockActivations& a, const BlockStash& s,
+  void block_backward_weight(int i, const float* x, const BlockView& a, const BlockStash& s,
                              bool linears = true);
   void head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx,
                            bool with_weights = false);
@@ -211,10 +217,12 @@ private:
   mutable FloatBuffer gath_, part_;         // (N,C) sequence parallel: gathered rows, partial sums
   Recompute recompute_;
   ActFormat format_;
-  FloatBuffer att_work_;           // (B,NH,T,T) selective: the probabilities of the block at hand
-  BlockActivations work_;          // full: every activation of the block at hand
-  StageStash fused_;               // one block's stash, reused by backward() block after block
-  FloatBuffer head_grad_;          // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
+  bool att16_ = false;         // bf16 and att holds the probabilities: they are stored in bf16 too
+  FloatBuffer att_work_;       // (B,NH,T,T) selective: the probabilities of the block at hand
+  BlockActivations work_;      // full, bf16: every activation of the block at hand, fp32
+  mutable FloatBuffer x_work_; // (R,C) bf16: a block's input, widened (block_input)
+  StageStash fused_;           // one block's stash, reused by backward() block after block
+  FloatBuffer head_grad_;      // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
   std::vector<float> losses_host_; // (N) a device backend's losses, read back by forward()
   // Found by name once, at construction: per block of the stage its 12 tensors' offsets in the
   // flat buffers (BlockTensors' order), and the edge tensors' (kNone where the stage has none).

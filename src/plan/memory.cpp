@@ -46,7 +46,8 @@ StageShapes shapes_of(const RunConfig& cfg) {
   const int tp = cfg.parallel.tp;
   return StageShapes(m, cfg.train.micro_batch, tp, cfg.parallel.sequence_parallel,
                      host_backend().attention_floats(cfg.train.micro_batch, m.seq_len,
-                                                     m.d_model / tp, m.n_head / tp));
+                                                     m.d_model / tp, m.n_head / tp),
+                     activation_format(cfg.device.precision));
 }
 
 // One micro-batch's activations of a stage (GptStage::make_activations: the same list).
@@ -65,11 +66,13 @@ double stash_bytes(const StageShapes& s, const StageSpec& spec, int blocks) {
   return bytes;
 }
 
-// Every activation of one block (full recompute's working copy, make_block_activations).
-double block_bytes(const StageShapes& s) {
+// Every activation of one block, unpacked (the working copy of full recompute and of the bf16
+// format, make_block_activations).
+double block_bytes(StageShapes s) {
+  s.packed = false;
   double bytes = 0.0;
   BlockActivations counted;
-  block_activation_buffers(counted, s, Recompute::none, CountBytes{bytes});
+  block_activation_buffers(counted, s, Recompute::none, true, CountBytes{bytes});
   return bytes;
 }
 
@@ -153,7 +156,8 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
                    (s.sp ? 2 * buf(s.N * s.C) : 0.0) + // gathered rows, partial sums
                    (fused ? stash_bytes(s, spec, 1) : 0.0) +
                    (rc == Recompute::selective ? buf(s.att) : 0.0) +
-                   (rc == Recompute::full ? block_bytes(s) : 0.0);
+                   (rc == Recompute::full || s.packed ? block_bytes(s) : 0.0) +
+                   (s.packed ? buf(s.R * s.C) : 0.0); // bf16: a block's input, widened
   }
   // one buffer per receive and gradient send, host memory; on a GPU (MPI staging, untested
   // here) the device holds a copy of each received gradient instead
@@ -168,6 +172,10 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     if (!made.insert({static_cast<int>(a.op), id, a.chunk}).second) continue;
     const bool host_msg = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_GRAD;
     if (gpu ? a.op == Op::RECV_GRAD : host_msg) e.messages += buf(s.R * s.C);
+    // bf16 over MPI: each message's packed copy (comm/p2p.hpp), 2 bytes a value
+    const bool wire = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_ACT ||
+                      a.op == Op::SEND_GRAD;
+    if (s.packed && wire) e.messages += 2.0 * static_cast<double>(s.R * s.C);
     // V placement: an input gradient handed to this rank's previous chunk
     const int st = sched.stage_of(pp_rank, a.chunk);
     if ((a.op == Op::B || a.op == Op::BI) && st > 0 && sched.rank_of(st - 1) == pp_rank) {
