@@ -110,6 +110,37 @@ double allreduce_scratch(const CommConfig& cc, bool measures, double n, int p, i
   return n;
 }
 
+// Bytes of the engine's message buffers on pipeline rank pp_rank.
+double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule::Schedule& sched,
+                     int pp_rank) {
+  const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
+  double bytes = 0.0;
+  // one buffer per receive and gradient send, host memory; on a GPU (MPI staging, untested
+  // here) the device holds a copy of each received gradient instead
+  // (2bw: the engine's step lists name micro-batch j of step t (t mod 2)*m + j, so the unrolled
+  // list's three steps share two steps' buffers)
+  const bool gpu = cfg.device.kind == DeviceKind::cuda;
+  const int mbs = cfg.parallel.micro_batches;
+  std::set<std::tuple<int, int, int>> made; // (op, buffer id, chunk)
+  for (const schedule::Action& a : actions) {
+    const int id =
+        cfg.parallel.schedule == ScheduleKind::two_bw ? (a.mb / mbs) % 2 * mbs + a.mb % mbs : a.mb;
+    if (!made.insert({static_cast<int>(a.op), id, a.chunk}).second) continue;
+    const bool host_msg = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_GRAD;
+    if (gpu ? a.op == Op::RECV_GRAD : host_msg) bytes += buf(s.R * s.C);
+    // bf16 over MPI: each message's packed copy (comm/p2p.hpp), 2 bytes a value
+    const bool wire = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_ACT ||
+                      a.op == Op::SEND_GRAD;
+    if (s.packed && wire) bytes += 2.0 * static_cast<double>(s.R * s.C);
+    // V placement: an input gradient handed to this rank's previous chunk
+    const int st = sched.stage_of(pp_rank, a.chunk);
+    if ((a.op == Op::B || a.op == Op::BI) && st > 0 && sched.rank_of(st - 1) == pp_rank) {
+      bytes += buf(s.R * s.C);
+    }
+  }
+  return bytes;
+}
+
 } // namespace
 
 MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_rank,
@@ -159,31 +190,10 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
                    (rc == Recompute::full || s.packed ? block_bytes(s) : 0.0) +
                    (s.packed ? buf(s.R * s.C) : 0.0); // bf16: a block's input, widened
   }
-  // one buffer per receive and gradient send, host memory; on a GPU (MPI staging, untested
-  // here) the device holds a copy of each received gradient instead
-  // (2bw: the engine's step lists name micro-batch j of step t (t mod 2)*m + j, so the unrolled
-  // list's three steps share two steps' buffers)
-  const bool gpu = cfg.device.kind == DeviceKind::cuda;
-  const int mbs = cfg.parallel.micro_batches;
-  std::set<std::tuple<int, int, int>> made; // (op, buffer id, chunk)
-  for (const schedule::Action& a : actions) {
-    const int id =
-        cfg.parallel.schedule == ScheduleKind::two_bw ? (a.mb / mbs) % 2 * mbs + a.mb % mbs : a.mb;
-    if (!made.insert({static_cast<int>(a.op), id, a.chunk}).second) continue;
-    const bool host_msg = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_GRAD;
-    if (gpu ? a.op == Op::RECV_GRAD : host_msg) e.messages += buf(s.R * s.C);
-    // bf16 over MPI: each message's packed copy (comm/p2p.hpp), 2 bytes a value
-    const bool wire = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_ACT ||
-                      a.op == Op::SEND_GRAD;
-    if (s.packed && wire) e.messages += 2.0 * static_cast<double>(s.R * s.C);
-    // V placement: an input gradient handed to this rank's previous chunk
-    const int st = sched.stage_of(pp_rank, a.chunk);
-    if ((a.op == Op::B || a.op == Op::BI) && st > 0 && sched.rank_of(st - 1) == pp_rank) {
-      e.messages += buf(s.R * s.C);
-    }
-  }
+  e.messages = message_bytes(cfg, s, sched, pp_rank);
   // ZeRO-1: a padded bucket and the exchange's scratch; else the dp all-reduce's scratch
   e.comm += 2.0 * sizeof(float) * static_cast<double>(zero_widest);
+  const bool gpu = cfg.device.kind == DeviceKind::cuda;
   if (cfg.parallel.zero == 0 && cfg.parallel.dp > 1 && cfg.comm.overlap != Overlap::poll && !gpu) {
     const bool measures = !cfg.comm.allreduce && cfg.comm.autotune && !cfg.runtime.deterministic;
     e.comm =
