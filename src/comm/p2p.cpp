@@ -1,5 +1,7 @@
 #include "comm/p2p.hpp"
 
+#include <cstring>
+
 #include "bf16.hpp"
 #include "util/errors.hpp"
 
@@ -42,18 +44,32 @@ int PipeTransport::tag(int dir, int mb, int sender_stage) const {
   return (mb * sched_.stages() + sender_stage) * 2 + dir;
 }
 
-std::uint16_t* PipeTransport::wire(int send, int dir, int mb, int chunk) {
-  CountedVector<std::uint16_t>& w = wire_[{send, dir, mb, chunk}];
-  w.resize(n_);
-  return w.data();
-}
-
-PipeTransport::Handle PipeTransport::isend(const float* x, int dir, int mb, int chunk, int peer) {
+PipeTransport::Handle PipeTransport::isend(const float* x, int dir, int mb, int chunk, int peer,
+                                           bool consume) {
   Handle h;
   const int t = tag(dir, mb, sched_.stage_of(me_, chunk)), n = static_cast<int>(n_);
   if (bf16_) {
-    std::uint16_t* w = wire(1, dir, mb, chunk);
-    for (std::size_t i = 0; i < n_; ++i) w[i] = bf16::from_float(x[i]);
+    void* w = nullptr;
+    if (consume) { // in place: value i's 2 bytes land on floats already read (i/2 <= i)
+      w = const_cast<float*>(x);
+      auto* b = static_cast<unsigned char*>(w); // bytes, so the two views may alias
+      for (std::size_t i = 0; i < n_; ++i) {
+        float v = 0.0f;
+        std::memcpy(&v, b + 4 * i, 4);
+        const std::uint16_t packed = bf16::from_float(v);
+        std::memcpy(b + 2 * i, &packed, 2);
+      }
+    } else {
+      if (free_.empty()) {
+        free_.push_back(static_cast<int>(pool_.size()));
+        pool_.emplace_back(n_);
+      }
+      h.wire = free_.back();
+      free_.pop_back();
+      std::uint16_t* p = pool_[static_cast<std::size_t>(h.wire)].data();
+      for (std::size_t i = 0; i < n_; ++i) p[i] = bf16::from_float(x[i]);
+      w = p;
+    }
     PT_MPI(MPI_Isend(w, n, MPI_UINT16_T, peer, t, pp_, &h.req));
   } else {
     PT_MPI(MPI_Isend(x, n, MPI_FLOAT, peer, t, pp_, &h.req));
@@ -66,10 +82,8 @@ PipeTransport::Handle PipeTransport::irecv(float* x, int dir, int mb, int chunk,
   const int st = sched_.stage_of(me_, chunk);
   const int t = tag(dir, mb, dir == 0 ? st - 1 : st + 1), n = static_cast<int>(n_);
   Handle h;
-  if (bf16_) {
-    std::uint16_t* w = wire(0, dir, mb, chunk);
-    PT_MPI(MPI_Irecv(w, n, MPI_UINT16_T, peer, t, pp_, &h.req));
-    h.packed = w;
+  if (bf16_) { // packed into the first half of x, widened in place by wait()
+    PT_MPI(MPI_Irecv(x, n, MPI_UINT16_T, peer, t, pp_, &h.req));
     h.unpack_to = x;
   } else {
     PT_MPI(MPI_Irecv(x, n, MPI_FLOAT, peer, t, pp_, &h.req));
@@ -101,8 +115,8 @@ PipeTransport::receive_step(const std::vector<schedule::Action>& actions,
 }
 
 PipeTransport::Handle PipeTransport::start_send(const float* x, int dir, int mb, int chunk,
-                                                int peer, bool over_mpi) {
-  if (!nccl_ || over_mpi) return isend(x, dir, mb, chunk, peer);
+                                                int peer, bool over_mpi, bool consume) {
+  if (!nccl_ || over_mpi) return isend(x, dir, mb, chunk, peer, consume);
   Handle h;
   h.link = nccl_send_link_.at({dir, peer});
   h.k = links_[h.link]->send(x, n_);
@@ -113,9 +127,19 @@ PipeTransport::Handle PipeTransport::start_send(const float* x, int dir, int mb,
 double PipeTransport::wait(Handle& h, const std::string& what) const {
   if (h.k < 0) {
     const double waited = watchdog_.wait(h.req, what);
-    if (h.unpack_to != nullptr) {
-      for (std::size_t i = 0; i < n_; ++i) h.unpack_to[i] = bf16::to_float(h.packed[i]);
+    if (h.unpack_to != nullptr) { // from the end: value i's float covers packed values >= i
+      auto* b = reinterpret_cast<unsigned char*>(h.unpack_to); // bytes: the views alias
+      for (std::size_t i = n_; i-- > 0;) {
+        std::uint16_t packed = 0;
+        std::memcpy(&packed, b + 2 * i, 2);
+        const float v = bf16::to_float(packed);
+        std::memcpy(b + 4 * i, &v, 4);
+      }
       h.unpack_to = nullptr;
+    }
+    if (h.wire >= 0) {
+      free_.push_back(h.wire);
+      h.wire = -1;
     }
     return waited;
   }

@@ -28,13 +28,14 @@ public:
   // A message as its receiver names it: (dir 0 activation / 1 gradient, mb, receiver's chunk).
   using Msg = std::tuple<int, int, int>;
   // A message in flight: an MPI request, or message k of NCCL link `link`. A bf16 receive
-  // arrives in `packed` and is widened into `unpack_to` by wait().
+  // arrives packed at the start of `unpack_to` and is widened in place by wait(); a bf16 send
+  // from a packed copy holds copy `wire` of the pool until wait().
   struct Handle {
     MPI_Request req = MPI_REQUEST_NULL;
     std::size_t link = 0;
     int k = -1;
-    const std::uint16_t* packed = nullptr;
     float* unpack_to = nullptr;
+    int wire = -1;
   };
 
   // pp: the pipeline communicator, me: this rank's pipeline coordinate, n: floats per message.
@@ -59,8 +60,10 @@ public:
                                      const std::function<float*(const Msg&)>& buffer,
                                      bool over_mpi = false);
   // Starts sending x[0, n), left unchanged until wait(): (dir, mb, chunk) are this rank's, peer
-  // the receiving pipeline rank; over_mpi as for receive_step.
-  Handle start_send(const float* x, int dir, int mb, int chunk, int peer, bool over_mpi = false);
+  // the receiving pipeline rank; over_mpi as for receive_step. consume: x is not read again by
+  // anyone, so bf16 packs it in place (else into a copy taken from a pool until wait()).
+  Handle start_send(const float* x, int dir, int mb, int chunk, int peer, bool over_mpi = false,
+                    bool consume = false);
   // `what` names the wait in the watchdog's message. Returns the seconds waited.
   double wait(Handle& h, const std::string& what) const;
   // Bytes this rank has sent so far (what the wire carries: 2 a value at bf16 over MPI).
@@ -68,7 +71,7 @@ public:
 
 private:
   int tag(int dir, int mb, int sender_stage) const;
-  Handle isend(const float* x, int dir, int mb, int chunk, int peer);
+  Handle isend(const float* x, int dir, int mb, int chunk, int peer, bool consume = false);
   Handle irecv(float* x, int dir, int mb, int chunk, int peer);
 
   MPI_Comm pp_;
@@ -80,10 +83,10 @@ private:
   bool nccl_ = false;
   bool bf16_ = false;
   std::uint64_t bytes_sent_ = 0;
-  // bf16 over MPI: the packed copy of each message, by (0 receive / 1 send, dir, mb, chunk),
-  // made at its first use and reused (a message is never in flight twice)
-  std::map<std::tuple<int, int, int, int>, CountedVector<std::uint16_t>> wire_;
-  std::uint16_t* wire(int send, int dir, int mb, int chunk);
+  // bf16 over MPI: packed copies of the sends that may not be packed in place, as many as are in
+  // flight at once, reused
+  mutable std::vector<CountedVector<std::uint16_t>> pool_;
+  mutable std::vector<int> free_;
   std::vector<std::pair<std::size_t, Msg>> nccl_receives_;    // (link, message) in link order
   std::map<std::pair<int, int>, std::size_t> nccl_send_link_; // (dir, peer) -> link
 };

@@ -338,7 +338,8 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   }
   case Op::SEND_GRAD:
     st.grad_sends.push_back(
-        transport_.start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1, a.mb, a.chunk, a.peer));
+        transport_.start_send(grad_send_buf_.at({a.mb, a.chunk}).data(), 1, a.mb, a.chunk, a.peer,
+                              false, true)); // the buffer is not read again: packed in place
     return;
   case Op::STEP: // only in the unrolled lists the validator proves
     return;

@@ -128,14 +128,23 @@ double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule:
     if (!made.insert({static_cast<int>(a.op), id, a.chunk}).second) continue;
     const bool host_msg = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_GRAD;
     if (gpu ? a.op == Op::RECV_GRAD : host_msg) bytes += buf(s.R * s.C);
-    // bf16 over MPI: each message's packed copy (comm/p2p.hpp), 2 bytes a value
-    const bool wire = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_ACT ||
-                      a.op == Op::SEND_GRAD;
-    if (s.packed && wire) bytes += 2.0 * static_cast<double>(s.R * s.C);
     // V placement: an input gradient handed to this rank's previous chunk
     const int st = sched.stage_of(pp_rank, a.chunk);
     if ((a.op == Op::B || a.op == Op::BI) && st > 0 && sched.rank_of(st - 1) == pp_rank) {
       bytes += buf(s.R * s.C);
+    }
+  }
+  // bf16 over MPI (comm/p2p.hpp): receives are widened and gradient sends packed in place; an
+  // activation send is packed into a copy held until it completes, before its micro-batch's
+  // slot is freed: at most one copy per live slot of a chunk that sends activations
+  if (s.packed) {
+    const std::vector<schedule::ChunkUse> use = schedule::chunk_use(actions, sched.v);
+    std::set<int> sends;
+    for (const schedule::Action& a : actions) {
+      if (a.op == Op::SEND_ACT) sends.insert(a.chunk);
+    }
+    for (int c : sends) {
+      bytes += 2.0 * static_cast<double>(s.R * s.C) * use[static_cast<std::size_t>(c)].peak_live;
     }
   }
   return bytes;

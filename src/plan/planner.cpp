@@ -78,7 +78,9 @@ void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Can
   const double attn_core = 4.0 * B * T * T * C / tp;
   const double head_f = 2.0 * B * T * C * V / tp;
   const bool tp_in_node = c.tp <= mc.ranks_per_node;
-  const double act_bytes = 4.0 * B * T * C; // fp32 activations
+  // activations and their messages in the activation format (docs/precision.md)
+  const double act_bytes =
+      (activation_format(cfg.device.precision) == ActFormat::bf16 ? 2.0 : 4.0) * B * T * C;
   const double tp_ar = allreduce_s(act_bytes, c.tp, tp_in_node ? mc.intra_bw : mc.inter_bw,
                                    tp_in_node ? mc.intra_latency : mc.inter_latency);
   const bool pp_in_node = c.pp * c.dp * c.tp <= mc.ranks_per_node;
