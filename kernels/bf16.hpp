@@ -4,6 +4,7 @@
 // exactly.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -26,6 +27,14 @@ inline float to_float(std::uint16_t h) {
 
 inline float round(float x) {
   return to_float(from_float(x));
+}
+
+// out[i] = from_float(x[i]), and out[i] = to_float(h[i]), for i < n (distinct buffers)
+inline void pack(std::uint16_t* out, const float* x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = from_float(x[i]);
+}
+inline void unpack(float* out, const std::uint16_t* h, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = to_float(h[i]);
 }
 
 } // namespace pt::bf16

@@ -348,15 +348,13 @@ void round_bf16(float* x, std::size_t n) {
 }
 
 void pack_bf16(std::uint16_t* out, const float* x, std::size_t n) {
-  par_chunks("pack_bf16", n, [=](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) out[i] = bf16::from_float(x[i]);
-  });
+  par_chunks("pack_bf16", n,
+             [=](std::size_t i0, std::size_t i1) { bf16::pack(out + i0, x + i0, i1 - i0); });
 }
 
 void unpack_bf16(float* out, const std::uint16_t* x, std::size_t n) {
-  par_chunks("unpack_bf16", n, [=](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) out[i] = bf16::to_float(x[i]);
-  });
+  par_chunks("unpack_bf16", n,
+             [=](std::size_t i0, std::size_t i1) { bf16::unpack(out + i0, x + i0, i1 - i0); });
 }
 
 double sum_squares(const float* x, std::size_t n) {

@@ -67,7 +67,7 @@ PipeTransport::Handle PipeTransport::isend(const float* x, int dir, int mb, int 
       h.wire = free_.back();
       free_.pop_back();
       std::uint16_t* p = pool_[static_cast<std::size_t>(h.wire)].data();
-      for (std::size_t i = 0; i < n_; ++i) p[i] = bf16::from_float(x[i]);
+      bf16::pack(p, x, n_);
       w = p;
     }
     PT_MPI(MPI_Isend(w, n, MPI_UINT16_T, peer, t, pp_, &h.req));

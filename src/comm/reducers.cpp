@@ -65,7 +65,7 @@ public:
                                      comm_, &req));
     watchdog_.count_collective();
     watchdog_.wait(req, what_ + " (reduce-scatter)");
-    if (half) unpack(packed_out_.data(), res, n);
+    if (half) bf16::unpack(res, packed_out_.data(), n);
     bytes_ += n * size_ * (half ? 2 : 4);
     from_host(out, res, n);
   }
@@ -86,7 +86,7 @@ public:
                           &req));
     watchdog_.count_collective();
     watchdog_.wait(req, what_ + " (all-gather)");
-    if (half) unpack(packed_out_.data(), res, n * size_);
+    if (half) bf16::unpack(res, packed_out_.data(), n * size_);
     bytes_ += n * (half ? 2 : 4);
     from_host(out, res, n * size_);
   }
@@ -107,7 +107,7 @@ private:
     watchdog_.allreduce(packed, static_cast<int>(n), MPI_UINT16_T, bf16_sum_, comm_, what_);
     bytes_ += n * 2;
     float* res = result(x, n);
-    unpack(packed, res, n);
+    bf16::unpack(res, packed, n);
     from_host(x, res, n);
   }
   void withhold_if_asked() {
@@ -119,11 +119,8 @@ private:
   }
   static std::uint16_t* pack(const float* x, std::size_t n, CountedVector<std::uint16_t>& out) {
     out.resize(n);
-    for (std::size_t i = 0; i < n; ++i) out[i] = bf16::from_float(x[i]);
+    bf16::pack(out.data(), x, n);
     return out.data();
-  }
-  static void unpack(const std::uint16_t* x, float* out, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = bf16::to_float(x[i]);
   }
   // x itself on the host backend, else a host copy of its n floats in `host`
   const float* to_host(const float* x, std::size_t n, CountedVector<float>& host) const {
@@ -160,7 +157,9 @@ private:
 // NCCL on device memory, queued on the backend's stream in order with the ops.
 class NcclReducer final : public GroupReducer {
 public:
-  explicit NcclReducer(std::unique_ptr<cuda::NcclComm> nccl) : nccl_(std::move(nccl)) {}
+  // size: the ranks of the group
+  NcclReducer(std::unique_ptr<cuda::NcclComm> nccl, int size)
+      : nccl_(std::move(nccl)), size_(static_cast<std::size_t>(size)) {}
   // fp32 whatever the wire format (NCCL's bf16 path is not written)
   void sum(float* x, std::size_t n, ActFormat /*wire*/) override {
     nccl_->sum(x, n);
@@ -172,7 +171,7 @@ public:
   }
   void reduce_scatter(float* out, const float* x, std::size_t n, ActFormat /*wire*/) override {
     nccl_->reduce_scatter(out, x, n);
-    bytes_ += n * sizeof(float); // per rank block; the whole input is size blocks
+    bytes_ += n * size_ * sizeof(float); // the whole input: size blocks
   }
   void all_gather(float* out, const float* in, std::size_t n, ActFormat /*wire*/) override {
     nccl_->all_gather(out, in, n);
@@ -182,6 +181,7 @@ public:
 
 private:
   std::unique_ptr<cuda::NcclComm> nccl_;
+  std::size_t size_;
   std::uint64_t bytes_ = 0;
 };
 
@@ -190,7 +190,11 @@ private:
 std::unique_ptr<GroupReducer> make_reducer(MPI_Comm comm, const std::string& what,
                                            const Watchdog& watchdog, const Backend& be,
                                            std::unique_ptr<cuda::NcclComm> nccl) {
-  if (nccl) return std::make_unique<NcclReducer>(std::move(nccl));
+  if (nccl) {
+    int size = 1;
+    PT_MPI(MPI_Comm_size(comm, &size));
+    return std::make_unique<NcclReducer>(std::move(nccl), size);
+  }
   return std::make_unique<MpiReducer>(comm, what, watchdog, be);
 }
 

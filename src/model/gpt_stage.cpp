@@ -74,8 +74,8 @@ void GptStage::layer_done(int layer) const {
   weight_grad_hook_(layer);
 }
 
-void GptStage::tp_sum(float* x, std::size_t n) const {
-  if (tp_.size > 1) tp_.reduce->sum(x, n);
+void GptStage::tp_sum(float* x, std::size_t n, ActFormat wire) const {
+  if (tp_.size > 1) tp_.reduce->sum(x, n, wire);
 }
 
 const float* GptStage::whole_rows(const float* x) const {
@@ -86,8 +86,8 @@ const float* GptStage::whole_rows(const float* x) const {
 void GptStage::reduce_partial(float* dst) const {
   if (sp_) {
     tp_.reduce->reduce_scatter(dst, part_.data(), static_cast<std::size_t>(R_) * C_, format_);
-  } else if (tp_.size > 1) {
-    tp_.reduce->sum(dst, static_cast<std::size_t>(N_) * C_, format_);
+  } else {
+    tp_sum(dst, static_cast<std::size_t>(N_) * C_, format_);
   }
 }
 

@@ -180,7 +180,7 @@ private:
   // Where the head's weight gradient goes: lm_head's, or (tied) head_grad_
   float* head_weight_grad();
   float* weights() { return weights_ != nullptr ? weights_ : params_.data(); }
-  void tp_sum(float* x, std::size_t n) const;
+  void tp_sum(float* x, std::size_t n, ActFormat wire = ActFormat::fp32) const;
   // A residual-stream buffer's whole (N,C) rows: itself, or (sp) gathered over tp into gath_.
   const float* whole_rows(const float* x) const;
   // Where a product writes (N,C) partial sums that reduce_partial then sums over tp into dst:

@@ -112,7 +112,7 @@ double allreduce_scratch(const CommConfig& cc, bool measures, double n, int p, i
 
 // Bytes of the engine's message buffers on pipeline rank pp_rank.
 double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule::Schedule& sched,
-                     int pp_rank) {
+                     int pp_rank, const std::vector<schedule::ChunkUse>& use) {
   const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
   double bytes = 0.0;
   // one buffer per receive and gradient send, host memory; on a GPU (MPI staging, untested
@@ -138,7 +138,6 @@ double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule:
   // activation send is packed into a copy held until it completes, before its micro-batch's
   // slot is freed: at most one copy per live slot of a chunk that sends activations
   if (s.packed) {
-    const std::vector<schedule::ChunkUse> use = schedule::chunk_use(actions, sched.v);
     std::set<int> sends;
     for (const schedule::Action& a : actions) {
       if (a.op == Op::SEND_ACT) sends.insert(a.chunk);
@@ -199,7 +198,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
                    (rc == Recompute::full || s.packed ? block_bytes(s) : 0.0) +
                    (s.packed ? buf(s.R * s.C) : 0.0); // bf16: a block's input, widened
   }
-  e.messages = message_bytes(cfg, s, sched, pp_rank);
+  e.messages = message_bytes(cfg, s, sched, pp_rank, use);
   // ZeRO-1: a padded bucket and the exchange's scratch; else the dp all-reduce's scratch
   e.comm += 2.0 * sizeof(float) * static_cast<double>(zero_widest);
   const bool gpu = cfg.device.kind == DeviceKind::cuda;
