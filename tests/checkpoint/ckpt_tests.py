@@ -44,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 COMPARE = os.path.join(HERE, "..", "mpi", "compare_runs.py")
 DECK = os.path.join(HERE, "..", "..", "inputs", "pipeline-ci.toml")
 STEPS = 10
+HANG_S = 60  # runtime.hang_timeout_s of every run
 
 
 def layout_args(lay):
@@ -77,7 +78,16 @@ class Runner:
 
     def run(self, lay, name, *extra, ckpt=None, expect=0, env=None):
         args = self.cmd(lay, name, *extra, ckpt=ckpt)
-        p = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
+        # a hang ends in the watchdog's exit 5, which names the wait, well inside ctest's limit
+        args.append(f"runtime.hang_timeout_s={HANG_S}")
+        try:
+            p = subprocess.run(args, capture_output=True, text=True, timeout=3 * HANG_S,
+                               env=dict(os.environ, **(env or {})))
+        except subprocess.TimeoutExpired as e:
+            for part in (e.stdout, e.stderr):  # bytes, whatever text= asked
+                if part:
+                    print(part.decode(errors="replace") if isinstance(part, bytes) else part)
+            sys.exit(f"FAIL: {name}: no exit after {3 * HANG_S} s: {' '.join(args)}")
         out = p.stdout + p.stderr
         if expect is not None and p.returncode != expect:
             print(out[-3000:])

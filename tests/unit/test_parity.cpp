@@ -113,6 +113,30 @@ protected:
     return loss;
   }
 
+  // The bf16 format against PyTorch's CPU autocast at bf16 on the same batch (the fixture's
+  // autocast_bf16 group): the loss within 2 eps and each gradient within 16 eps (relative L2,
+  // eps = 2^-8) of autocast's, and the worst gradient no farther from the float64 answer than
+  // autocast's worst (worst_exact: this backend's, from the caller).
+  void against_autocast(const GptStage& stage, float loss, const std::vector<float>& grads,
+                        double worst_exact) {
+    constexpr double eps = 1.0 / 256.0;
+    const double want_loss = file_.attr(group_, "autocast_bf16_loss");
+    EXPECT_LE(std::abs(loss - want_loss) / want_loss, 2 * eps) << loss << " vs " << want_loss;
+    double worst = 0.0, autocast_exact = 0.0;
+    for (const auto& t : stage.layout().tensors()) {
+      const std::vector<float> ac = file_.read<float>(group_ + "/autocast_bf16/grads/" + t.name);
+      const double err = rel_l2(grads.data() + t.offset, ac);
+      EXPECT_LE(err, 16 * eps) << "gradient of " << t.name << " against autocast";
+      worst = std::max(worst, err);
+      autocast_exact = std::max(autocast_exact,
+                                rel_l2(ac.data(), file_.read<float>(group_ + "/grads/" + t.name)));
+    }
+    std::printf("  autocast bf16: loss %.6f vs %.6f, worst gradient rel err %.3e against it; "
+                "worst against float64: %.3e here, %.3e autocast's\n",
+                static_cast<double>(loss), want_loss, worst, worst_exact, autocast_exact);
+    EXPECT_LE(worst_exact, autocast_exact);
+  }
+
   test::H5File file_{PT_TEST_DATA_DIR "/gpt_parity.h5"};
   std::string group_;
   Case c_;
@@ -152,6 +176,7 @@ TEST_P(Parity, LogitsLossAndEveryGradient) {
   }
   std::printf("  worst gradient rel err %.3e (tolerance %.1e, %s backend)\n", worst, t_.tensor_tol,
               t_.backend->name);
+  if (t_.format == ActFormat::bf16) against_autocast(*stage, loss, grads, worst);
 }
 
 TEST_P(Parity, SplitBackwardEqualsFusedBackward) {

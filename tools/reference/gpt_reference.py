@@ -6,7 +6,8 @@ for a tied and an untied model, the float32 weights, one batch, its logits, mean
 every parameter gradient, and ten AdamW steps (batches, learning rates, grad norms, losses)
 with warmup + cosine LR, global grad-norm clipping and decoupled weight decay; and the same ten
 steps under PipeDream-2BW's delayed update (docs/design.md section 6): step t's gradient is taken at
-W(max(t-1, 0)) and applied to W(t).
+W(max(t-1, 0)) and applied to W(t). For the bfloat16 activation format, the same batch's loss
+and gradients under PyTorch's CPU autocast at bfloat16 (group autocast_bf16).
 
 The reference computes in float64 from the float32 weights, so the fixture holds the exact
 answer for those weights; pipetrain (float32) must come within the test's tolerances.
@@ -96,8 +97,21 @@ def forward(p, cfg, tied, idx, targets):
         x = x + F.linear(h, p[q + "mlp/proj/weight"], p[q + "mlp/proj/bias"])
     x = F.layer_norm(x, (C,), p["lnf/weight"], p["lnf/bias"], eps=1e-5)
     logits = F.linear(x, p["wte"] if tied else p["lm_head/weight"])
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+    # the loss in at least float32 (under autocast the logits are bfloat16)
+    wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    loss = F.cross_entropy(wide.reshape(-1, wide.size(-1)), targets.reshape(-1))
     return loss, logits
+
+
+def autocast_gradients(weights, cfg, tied, idx, targets):
+    """Loss and gradients of float32 weights under PyTorch's CPU autocast at bfloat16: the
+    mixed-precision step a PyTorch user runs (products in bfloat16, layer norm and the loss in
+    float32), which pipetrain's device.precision = "bf16" is compared with."""
+    p = {n: w.detach().clone().requires_grad_(True) for n, w in weights.items()}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = forward(p, cfg, tied, idx, targets)
+    loss.backward()
+    return loss.item(), {n: t.grad.float() for n, t in p.items()}
 
 
 def learning_rate(step):
@@ -167,6 +181,11 @@ def write_case(group, cfg, tied, seed):
     group.attrs["loss"] = loss.item()
     for name, t in p.items():
         group.create_dataset("grads/" + name, data=t.grad.float().numpy())
+
+    ac_loss, ac_grads = autocast_gradients(weights, cfg, tied, batch_in, batch_tg)
+    group.attrs["autocast_bf16_loss"] = ac_loss
+    for name, g in ac_grads.items():
+        group.create_dataset("autocast_bf16/grads/" + name, data=g.numpy())
 
     losses, norms = adamw_steps(weights, cfg, tied, tokens, delayed=False)
     lrs = [learning_rate(step) for step in range(steps)]
