@@ -16,6 +16,7 @@
 #include "config/load_deck.hpp"
 #include "engine/trainer.hpp"
 #include "plan/planner.hpp"
+#include "schedule/cli.hpp"
 #include "util/errors.hpp"
 
 #ifndef PIPETRAIN_VERSION
@@ -35,13 +36,17 @@ int run(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "plan") {
     return world_rank() == 0 ? pt::plan_main(argc - 1, argv + 1) : 0;
   }
+  if (argc > 1 && std::string(argv[1]) == "schedule") {
+    return world_rank() == 0 ? pt::schedule_main(argc - 1, argv + 1) : 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "keys") { // the key reference of docs/deck.md
     if (world_rank() == 0) std::fputs(pt::deck_keys_markdown().c_str(), stdout);
     return 0;
   }
   CLI::App app{"pipetrain: pipeline/data/tensor-parallel GPT training on MPI clusters.\n"
                "Usage: mpirun -np N pipetrain DECK.toml [section.key=value ...]"};
-  app.footer("Every deck key: pipetrain keys (docs/deck.md). The planner: pipetrain plan --help.\n"
+  app.footer("Every deck key: pipetrain keys (docs/deck.md). The planner: pipetrain plan --help. "
+             "Schedules: pipetrain schedule --help.\n"
              "Kokkos' own options (threads, devices): pipetrain --kokkos-help");
   app.set_version_flag("--version", std::string("pipetrain ") + PIPETRAIN_VERSION);
   std::string deck;

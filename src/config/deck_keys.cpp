@@ -149,6 +149,35 @@ DeckKey min_lr_key() {
   return k;
 }
 
+// parallel.schedule: a built-in schedule by name, or "file:PATH", a CSV schedule.
+DeckKey schedule_key() {
+  DeckKey k = make("parallel", "schedule", "string",
+                   {"the pipeline schedule (docs/pipeline.md): interleaved needs pp >= 2, "
+                    "virtual_stages >= 2 and micro-batches divisible by pp; zb-v and dualpipev "
+                    "need virtual_stages = 2 (dualpipev: micro-batches >= 2 pp); 2bw is "
+                    "asynchronous PipeDream-2BW (micro-batches >= pp, host backend, no ZeRO-1); "
+                    "file:PATH runs the CSV schedule at PATH (PyTorch's compute-only form; "
+                    "`pipetrain schedule` writes one)"},
+                   "\"1f1b\"", "gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, 2bw, file:PATH");
+  k.read = [](DeckReader& r, RunConfig& c) {
+    const toml::node* n = r.raw("parallel", "schedule");
+    const std::string prefix = "file:";
+    if (n != nullptr && n->is_string() && n->as_string()->get().rfind(prefix, 0) == 0) {
+      c.parallel.schedule = ScheduleKind::file;
+      c.parallel.schedule_file = n->as_string()->get().substr(prefix.size());
+      if (c.parallel.schedule_file.empty()) {
+        r.fail("parallel", "schedule", "= \"file:\" names no file: write file:PATH");
+      }
+      return;
+    }
+    c.parallel.schedule = r.get_enum(
+        "parallel", "schedule", ScheduleKind::one_f_one_b,
+        {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+         ScheduleKind::zb_h1, ScheduleKind::zb_v, ScheduleKind::dualpipev, ScheduleKind::two_bw});
+  };
+  return k;
+}
+
 // comm.allreduce: "auto" (no fixed algorithm) or one of kAllreduceAlgos.
 DeckKey allreduce_key() {
   std::vector<std::string> algos = {"auto"};
@@ -221,14 +250,7 @@ std::vector<DeckKey> make_table() {
       integer("parallel", "virtual_stages", &RC::parallel, &P::virtual_stages, 1, 64,
               {"model chunks per pipeline rank (interleaved placement: stage s on rank s % pp; V "
                "placement for zb-v and dualpipev)"}),
-      choice("parallel", "schedule", &RC::parallel, &P::schedule,
-             {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-              ScheduleKind::zb_h1, ScheduleKind::zb_v, ScheduleKind::dualpipev,
-              ScheduleKind::two_bw},
-             {"the pipeline schedule (docs/pipeline.md): interleaved needs pp >= 2, "
-              "virtual_stages >= 2 and micro-batches divisible by pp; zb-v and dualpipev need "
-              "virtual_stages = 2 (dualpipev: micro-batches >= 2 pp); 2bw is asynchronous "
-              "PipeDream-2BW (micro-batches >= pp, host backend, no ZeRO-1)"}),
+      schedule_key(),
       integer("parallel", "micro_batches", &RC::parallel, &P::micro_batches, 0, kBig,
               {"micro-batches per step per pipeline; if given must equal global_batch / (dp * "
                "micro_batch)",

@@ -18,7 +18,8 @@ constexpr ActFormat activation_format(Precision p) {
   return p == Precision::bf16 ? ActFormat::bf16 : ActFormat::fp32;
 }
 // parallel.schedule
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipev, two_bw };
+// file: a schedule read from a CSV file (parallel.schedule = "file:PATH", docs/pipeline.md)
+enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipev, two_bw, file };
 enum class PartitionKind { uniform, params, time, explicit_layers }; // parallel.partition
 enum class Overlap { none, thread, poll };                           // comm.overlap
 enum class GpuTransport { automatic, nccl, mpi };                    // comm.gpu_collectives/p2p
@@ -69,6 +70,8 @@ constexpr const char* name(ScheduleKind s) {
     return "dualpipev";
   case ScheduleKind::two_bw:
     return "2bw";
+  case ScheduleKind::file:
+    return "file";
   }
   return "?";
 }

@@ -36,7 +36,26 @@ RunConfig load_deck(MPI_Comm comm, const std::string& path,
   // no timeout is known before the deck is read: plain blocking MPI
   Watchdog::none().broadcast_text(text, 0, comm, "the deck's text");
   // Every rank parses the same text, so every rank throws the same error, if any.
-  return parse_deck(text, path, overrides, size);
+  RunConfig cfg = parse_deck(text, path, overrides, size);
+  if (cfg.parallel.schedule == ScheduleKind::file) {
+    // the schedule file, like the deck, is read once and broadcast
+    const std::string& file = cfg.parallel.schedule_file;
+    if (rank == 0) {
+      std::ifstream in(file, std::ios::binary);
+      std::ostringstream os;
+      if (in) os << in.rdbuf();
+      if (!in) {
+        err = input_error(path + ": parallel.schedule = \"file:" + file + "\": cannot read '" +
+                          file + "': " + std::strerror(errno) +
+                          "\n---> HINT: `pipetrain schedule NAME --pp P --micro-batches M "
+                          "--csv > FILE` writes a schedule to start from");
+      }
+      cfg.parallel.schedule_csv = os.str();
+    }
+    agree(comm, err);
+    Watchdog::none().broadcast_text(cfg.parallel.schedule_csv, 0, comm, "the schedule file");
+  }
+  return cfg;
 }
 
 } // namespace pt

@@ -29,6 +29,8 @@ struct ParallelConfig {
   int tp = 1;
   int virtual_stages = 1;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  // schedule file: the path after "file:" and the file's text (load_deck reads it on rank 0)
+  std::string schedule_file, schedule_csv;
   int micro_batches = 0; // per pipeline per step; derived from the batch sizes
   PartitionKind partition = PartitionKind::uniform;
   std::vector<int> partition_layers;  // explicit_layers: the deck's list

@@ -75,6 +75,24 @@ void print_memory(const RunConfig& cfg, const Plan& plan) {
 
 } // namespace
 
+schedule::Schedule run_schedule(const RunConfig& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  const bool file = p.schedule == ScheduleKind::file;
+  try {
+    if (file) return schedule::from_csv(p.schedule_csv, p.pp, p.micro_batches, p.virtual_stages);
+    return schedule::make_schedule(p.schedule, p.pp, p.micro_batches, p.virtual_stages);
+  } catch (const std::invalid_argument& e) {
+    if (file) {
+      throw input_error(cfg.deck_path + ": parallel.schedule = \"file:" + p.schedule_file +
+                        "\" (pp " + std::to_string(p.pp) + ", " + std::to_string(p.micro_batches) +
+                        " micro-batches, virtual_stages " + std::to_string(p.virtual_stages) +
+                        "): " + e.what());
+    }
+    throw input_error(cfg.deck_path + ": parallel.schedule = \"" + std::string(name(p.schedule)) +
+                      "\" does not fit this run: " + e.what());
+  }
+}
+
 Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
   Plan plan;
   const int S = cfg.parallel.pp * cfg.parallel.virtual_stages;
@@ -89,15 +107,7 @@ Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
     }
   }
   plan.layers = partition_layers(cfg.parallel, cfg.model.n_layer, S, plan.costs);
-  try {
-    plan.schedule =
-        schedule::make_schedule(cfg.parallel.schedule, cfg.parallel.pp, cfg.parallel.micro_batches,
-                                cfg.parallel.virtual_stages);
-  } catch (const std::invalid_argument& e) {
-    throw input_error(cfg.deck_path + ": parallel.schedule = \"" +
-                      std::string(name(cfg.parallel.schedule)) +
-                      "\" does not fit this run: " + e.what());
-  }
+  plan.schedule = run_schedule(cfg);
   const schedule::Validation v = schedule::validate(plan.schedule);
   if (!v.ok) fatal("internal error: generated schedule is invalid: " + v.error);
   plan.peak_live = v.peak_live;
@@ -138,8 +148,11 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
               cfg.accumulation(), cfg.train.steps);
   std::printf("  schedule: %s, pp %d, v %d, m %d; predicted bubble %.1f%% (T_F = 1, T_B = 2); "
               "peak live micro-batches per pp rank:",
-              name(cfg.parallel.schedule), cfg.parallel.pp, cfg.parallel.virtual_stages,
-              cfg.parallel.micro_batches, 100.0 * schedule::step_bubble(plan.predicted));
+              cfg.parallel.schedule == ScheduleKind::file
+                  ? ("file:" + cfg.parallel.schedule_file).c_str()
+                  : name(cfg.parallel.schedule),
+              cfg.parallel.pp, cfg.parallel.virtual_stages, cfg.parallel.micro_batches,
+              100.0 * schedule::step_bubble(plan.predicted));
   for (int n : plan.peak_live) std::printf(" %d", n);
   std::printf("\n  backend: %s, precision %s, BLAS %s\n", name(cfg.device.kind),
               name(cfg.device.precision),

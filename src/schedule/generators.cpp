@@ -423,6 +423,8 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
   case ScheduleKind::two_bw:
     s = two_bw(p, m);
     break;
+  case ScheduleKind::file:
+    throw std::invalid_argument("a schedule file is read by from_csv, not made");
   }
   add_communication(s);
   return s;

@@ -97,6 +97,17 @@ Schedule zb_v(int p, int m);
 Schedule dualpipev(int p, int m);
 void add_communication(Schedule& s);
 
+// Schedules as text (docs/pipeline.md): PyTorch's compute-only CSV, one row per pipeline rank and
+// one compute action a cell, {stage}{F|I|W|B}{micro-batch} (I = BI, W = BW), no messages.
+// to_csv throws std::invalid_argument for 2bw's unrolled lists (they span optimizer steps).
+std::string to_csv(const Schedule& s);
+// The schedule a CSV text describes for p ranks, m micro-batches and v chunks per rank: empty
+// cells are idle slots, "(a;b)OVERLAP_F_B" runs a then b; the placement (loop or V) is the one
+// the cells use. Its messages are added and it is validated. Throws std::invalid_argument naming
+// the row, the cell and the cause: a bad token, a stage on the wrong rank, a missing or
+// duplicated action, a deadlock and its cycle of waits.
+Schedule from_csv(const std::string& text, int p, int m, int v);
+
 // Evaluation's list: one micro-batch (id 0) forward through every virtual stage in order, placed
 // as `placement` places its stages, with its SEND_ACT/RECV_ACT; no backward.
 Schedule forward_only(const Schedule& placement);

@@ -1,4 +1,4 @@
-// What the four fuzz targets share: the verdict switch, how a finding ends the run, the verdict on
+// What the fuzz targets share: the verdict switch, how a finding ends the run, the verdict on
 // a refused input, and the temporary file an input is written to (docs/fuzzing.md).
 #pragma once
 

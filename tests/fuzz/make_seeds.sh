@@ -36,6 +36,24 @@ cp tests/integration/decks/not_toml.toml "$d/bad_not_toml.toml"
 cp tests/integration/decks/unknown_section.toml "$d/bad_unknown_section.toml"
 { cat inputs/tiny-ci.toml; printf '%%%%\ntrain.steps\nmodel.n_head=3\n'; } >"$d/bad_overrides.toml"
 
+# ---- schedule files: three bytes of shape (pp 1 + b % 4, micro-batches 1 + b % 8,
+# virtual_stages 1 + b % 3), then the CSV ----
+d=$corpus/fuzz_schedule_csv
+rm -rf "$d" && mkdir -p "$d"
+shape() { printf '%b' "$(printf '\\x%02x\\x%02x\\x%02x' $(($1 - 1)) $(($2 - 1)) $(($3 - 1)))"; }
+for s in "1f1b 2 4 1" "zb-h1 4 8 1" "interleaved 2 4 2" "zb-v 2 4 2" "dualpipev 4 8 2"; do
+  read -r name pp m v <<<"$s"
+  { shape "$pp" "$m" "$v"
+    "$pipetrain" schedule "$name" --pp "$pp" --micro-batches "$m" --virtual-stages "$v" --csv 2>/dev/null
+  } >"$d/${name}_pp${pp}_m${m}"
+done
+for f in tests/data/schedules/*.csv; do
+  base=$(basename "$f" .csv)
+  v=1
+  [[ $base == interleaved* || $base == vshape* ]] && v=2
+  { shape 2 4 "$v"; cat "$f"; } >"$d/${base/broken_/bad_}"
+done
+
 # ---- token files ----
 d=$corpus/fuzz_token_file
 rm -rf "$d" && mkdir -p "$d"

@@ -1,0 +1,118 @@
+#include "schedule/cli.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "schedule/schedule.hpp"
+#include "schedule/validate.hpp"
+#include "util/errors.hpp"
+
+namespace pt {
+namespace {
+
+constexpr ScheduleKind kNamed[] = {
+    ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved, ScheduleKind::zb_h1,
+    ScheduleKind::zb_v,  ScheduleKind::dualpipev,   ScheduleKind::two_bw};
+
+schedule::Schedule build(const std::string& which, int p, int m, int v) {
+  const std::string prefix = "file:";
+  if (which.rfind(prefix, 0) == 0) {
+    const std::string path = which.substr(prefix.size());
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw input_error("cannot read the schedule file '" + path + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+      return schedule::from_csv(text.str(), p, m, v);
+    } catch (const std::invalid_argument& e) {
+      throw input_error("schedule file '" + path + "': " + e.what());
+    }
+  }
+  std::string names;
+  for (ScheduleKind k : kNamed) {
+    if (which == name(k)) {
+      try {
+        return schedule::make_schedule(k, p, m, v);
+      } catch (const std::invalid_argument& e) {
+        throw input_error(std::string("schedule \"") + name(k) + "\": " + e.what());
+      }
+    }
+    names += std::string(names.empty() ? "" : ", ") + name(k);
+  }
+  throw input_error("unknown schedule \"" + which + "\": one of " + names + ", or file:PATH");
+}
+
+// Every rank's compute actions, one line a rank.
+void print_lists(const schedule::Schedule& s) {
+  std::istringstream rows(schedule::to_csv(s));
+  std::string row;
+  for (int r = 0; std::getline(rows, row); ++r) {
+    for (char& c : row) c = c == ',' ? ' ' : c;
+    std::printf("rank %d: %s\n", r, row.c_str());
+  }
+}
+
+} // namespace
+
+int schedule_main(int argc, char** argv) {
+  CLI::App app{"pipetrain schedule: a pipeline schedule's compute actions per rank, its simulated "
+               "bubble and peak live micro-batches (one process, no mpirun; docs/pipeline.md).\n"
+               "Usage: pipetrain schedule NAME|file:PATH --pp P --micro-batches M "
+               "[--virtual-stages V] [--csv]"};
+  std::string which;
+  int p = 0, m = 0, v = 0;
+  bool csv = false;
+  app.add_option("schedule", which, "a built-in schedule's name, or file:PATH (a CSV schedule)")
+      ->required();
+  app.add_option("--pp", p, "pipeline ranks")->required()->check(CLI::PositiveNumber);
+  app.add_option("--micro-batches", m, "micro-batches per step")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--virtual-stages", v,
+                 "chunks per rank (default: 2 for interleaved, zb-v and dualpipev, else 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--csv", csv,
+               "print the CSV that parallel.schedule = \"file:PATH\" runs (PyTorch's "
+               "compute-only form); the figures go to stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (v == 0) v = which == "interleaved" || which == "zb-v" || which == "dualpipev" ? 2 : 1;
+    const schedule::Schedule s = build(which, p, m, v);
+    if (s.name == "2bw") {
+      throw input_error("2bw spans optimizer steps (asynchronous): it has no CSV form");
+    }
+    const schedule::Validation check = schedule::validate(s);
+    if (!check.ok) throw input_error("the schedule is invalid: " + check.error);
+    const schedule::Simulation sim = schedule::simulate(s, schedule::Costs{1, 2, 1, 1, 0});
+    std::ostringstream figures;
+    figures.setf(std::ios::fixed);
+    figures.precision(1);
+    figures << "# " << which << ": pp " << p << ", " << m << " micro-batches, virtual_stages " << v
+            << " (" << (s.vshape ? "V" : "loop") << " placement); simulated bubble "
+            << 100.0 * schedule::step_bubble(sim)
+            << "% (F 1, B 2, I 1, W 1, messages free); peak live micro-batches per rank:";
+    for (int n : check.peak_live) figures << ' ' << n;
+    figures << '\n';
+    if (csv) {
+      std::fputs(schedule::to_csv(s).c_str(), stdout);
+      std::fputs(figures.str().c_str(), stderr);
+    } else {
+      std::fputs(figures.str().c_str(), stdout);
+      print_lists(s);
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
+    return static_cast<int>(e.code());
+  }
+}
+
+} // namespace pt
