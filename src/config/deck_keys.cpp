@@ -153,12 +153,15 @@ DeckKey min_lr_key() {
 DeckKey schedule_key() {
   DeckKey k = make("parallel", "schedule", "string",
                    {"the pipeline schedule (docs/pipeline.md): interleaved needs pp >= 2, "
-                    "virtual_stages >= 2 and micro-batches divisible by pp; zb-v and dualpipev "
-                    "need virtual_stages = 2 (dualpipev: micro-batches >= 2 pp); 2bw is "
+                    "virtual_stages >= 2 and micro-batches divisible by pp; zb-v, v-half, v-min "
+                    "and dualpipev need virtual_stages = 2 (dualpipev: micro-batches >= 2 pp); "
+                    "zb-h2 is zero bubble at twice 1F1B's activations; 2bw is "
                     "asynchronous PipeDream-2BW (micro-batches >= pp, host backend, no ZeRO-1); "
                     "file:PATH runs the CSV schedule at PATH (PyTorch's compute-only form; "
                     "`pipetrain schedule` writes one)"},
-                   "\"1f1b\"", "gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev, 2bw, file:PATH");
+                   "\"1f1b\"",
+                   "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, v-half, v-min, dualpipev, 2bw, "
+                   "file:PATH");
   k.read = [](DeckReader& r, RunConfig& c) {
     const toml::node* n = r.raw("parallel", "schedule");
     const std::string prefix = "file:";
@@ -173,7 +176,8 @@ DeckKey schedule_key() {
     c.parallel.schedule = r.get_enum(
         "parallel", "schedule", ScheduleKind::one_f_one_b,
         {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-         ScheduleKind::zb_h1, ScheduleKind::zb_v, ScheduleKind::dualpipev, ScheduleKind::two_bw});
+         ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_v, ScheduleKind::v_half,
+         ScheduleKind::v_min, ScheduleKind::dualpipev, ScheduleKind::two_bw});
   };
   return k;
 }

@@ -19,7 +19,19 @@ constexpr ActFormat activation_format(Precision p) {
 }
 // parallel.schedule
 // file: a schedule read from a CSV file (parallel.schedule = "file:PATH", docs/pipeline.md)
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1, zb_v, dualpipev, two_bw, file };
+enum class ScheduleKind {
+  gpipe,
+  one_f_one_b,
+  interleaved,
+  zb_h1,
+  zb_h2,
+  zb_v,
+  v_half,
+  v_min,
+  dualpipev,
+  two_bw,
+  file
+};
 enum class PartitionKind { uniform, params, time, explicit_layers }; // parallel.partition
 enum class Overlap { none, thread, poll };                           // comm.overlap
 enum class GpuTransport { automatic, nccl, mpi };                    // comm.gpu_collectives/p2p
@@ -64,8 +76,14 @@ constexpr const char* name(ScheduleKind s) {
     return "interleaved";
   case ScheduleKind::zb_h1:
     return "zb-h1";
+  case ScheduleKind::zb_h2:
+    return "zb-h2";
   case ScheduleKind::zb_v:
     return "zb-v";
+  case ScheduleKind::v_half:
+    return "v-half";
+  case ScheduleKind::v_min:
+    return "v-min";
   case ScheduleKind::dualpipev:
     return "dualpipev";
   case ScheduleKind::two_bw:

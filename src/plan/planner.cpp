@@ -229,7 +229,7 @@ std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::str
                 Candidate c;
                 c.pp = pp, c.dp = dp, c.tp = tp, c.schedule = sched, c.recompute = rc;
                 c.micro_batch = std::stoi(mb), c.zero = zero, c.sp = sp == 1;
-                c.v = sched == "interleaved" || sched == "zb-v" || sched == "dualpipev" ? 2 : 1;
+                c.v = schedule::default_chunks(sched);
                 if (evaluate(deck_text, deck_path, overrides, fixed, ranks, mc, m, c)) {
                   out.push_back(c);
                 }

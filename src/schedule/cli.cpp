@@ -14,9 +14,11 @@
 namespace pt {
 namespace {
 
-constexpr ScheduleKind kNamed[] = {
-    ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved, ScheduleKind::zb_h1,
-    ScheduleKind::zb_v,  ScheduleKind::dualpipev,   ScheduleKind::two_bw};
+constexpr ScheduleKind kNamed[] = {ScheduleKind::gpipe,       ScheduleKind::one_f_one_b,
+                                   ScheduleKind::interleaved, ScheduleKind::zb_h1,
+                                   ScheduleKind::zb_h2,       ScheduleKind::zb_v,
+                                   ScheduleKind::v_half,      ScheduleKind::v_min,
+                                   ScheduleKind::dualpipev,   ScheduleKind::two_bw};
 
 schedule::Schedule build(const std::string& which, int p, int m, int v) {
   const std::string prefix = "file:";
@@ -73,7 +75,7 @@ int schedule_main(int argc, char** argv) {
       ->required()
       ->check(CLI::PositiveNumber);
   app.add_option("--virtual-stages", v,
-                 "chunks per rank (default: 2 for interleaved, zb-v and dualpipev, else 1)")
+                 "chunks per rank (default: 2 for interleaved and the V schedules, else 1)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--csv", csv,
                "print the CSV that parallel.schedule = \"file:PATH\" runs (PyTorch's "
@@ -84,7 +86,7 @@ int schedule_main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (v == 0) v = which == "interleaved" || which == "zb-v" || which == "dualpipev" ? 2 : 1;
+    if (v == 0) v = schedule::default_chunks(which);
     const schedule::Schedule s = build(which, p, m, v);
     if (s.name == "2bw") {
       throw input_error("2bw spans optimizer steps (asynchronous): it has no CSV form");

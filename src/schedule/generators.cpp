@@ -116,55 +116,6 @@ Schedule interleaved_1f1b(int p, int m, int v) {
   return s;
 }
 
-// ZB-H1 (Zero Bubble, arXiv 2401.10241 section 2): the backward is split into BI (input
-// gradient, on the critical path) and BW (weight gradient, deferrable). Built by a unit-cost
-// list scheduler: at each time step an idle rank runs, in order of preference, a ready BI; a
-// forward, if fewer than p - r micro-batches are between F and BI (1F1B's activation limit); the
-// oldest pending BW. W passes thus fill what would be 1F1B's bubbles, leaving about
-// (p-1)(T_F + T_B - T_W) of idle time per rank.
-Schedule zb_h1(int p, int m) {
-  Schedule s = empty("zb-h1", p, m, 1);
-  const std::size_t P = static_cast<std::size_t>(p);
-  constexpr int kNever = 1 << 30;
-  // finish times (unit costs) of F and BI per (rank, mb)
-  std::vector<std::vector<int>> f_done(P, std::vector<int>(static_cast<std::size_t>(m), kNever));
-  std::vector<std::vector<int>> bi_done = f_done;
-  std::vector<int> next_f(P, 0), next_bi(P, 0), busy_until(P, 0);
-  std::vector<std::deque<int>> pending_w(P);
-  int finished = 0;
-  for (int t = 0; finished < p; ++t) {
-    for (int r = 0; r < p; ++r) {
-      const std::size_t R = static_cast<std::size_t>(r);
-      if (busy_until[R] > t || (next_bi[R] == m && pending_w[R].empty())) continue;
-      auto& a = s.ranks[R];
-      const int b = next_bi[R];
-      const bool bi_ready = b < m && f_done[R][static_cast<std::size_t>(b)] <= t &&
-                            (r == p - 1 || bi_done[R + 1][static_cast<std::size_t>(b)] <= t);
-      const int f = next_f[R];
-      const bool f_ready = f < m && f - next_bi[R] < p - r &&
-                           (r == 0 || f_done[R - 1][static_cast<std::size_t>(f)] <= t);
-      if (bi_ready) {
-        a.push_back({Op::BI, b, 0});
-        bi_done[R][static_cast<std::size_t>(b)] = t + 1;
-        pending_w[R].push_back(b);
-        ++next_bi[R];
-      } else if (f_ready) {
-        a.push_back({Op::F, f, 0});
-        f_done[R][static_cast<std::size_t>(f)] = t + 1;
-        ++next_f[R];
-      } else if (!pending_w[R].empty()) {
-        a.push_back({Op::BW, pending_w[R].front(), 0});
-        pending_w[R].pop_front();
-      } else {
-        continue; // idle: waiting for a peer
-      }
-      busy_until[R] = t + 1;
-      if (next_bi[R] == m && pending_w[R].empty()) ++finished;
-    }
-  }
-  return s;
-}
-
 namespace {
 
 // One rank's list of a V-shaped schedule being written: the next forward and backward
@@ -389,8 +340,16 @@ Schedule forward_only(const Schedule& placement) {
   return s;
 }
 
+int default_chunks(const std::string& name) {
+  for (const char* n : {"interleaved", "zb-v", "v-half", "v-min", "dualpipev"}) {
+    if (name == n) return 2;
+  }
+  return 1;
+}
+
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
-  const bool vshape = kind == ScheduleKind::zb_v || kind == ScheduleKind::dualpipev;
+  const bool vshape = kind == ScheduleKind::zb_v || kind == ScheduleKind::dualpipev ||
+                      kind == ScheduleKind::v_half || kind == ScheduleKind::v_min;
   if (vshape && v != 2) {
     throw std::invalid_argument("schedule \"" + std::string(name(kind)) +
                                 "\" places two chunks per rank in a V: virtual_stages must be 2");
@@ -414,8 +373,17 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
   case ScheduleKind::zb_h1:
     s = zb_h1(p, m);
     break;
+  case ScheduleKind::zb_h2:
+    s = zb_h2(p, m);
+    break;
   case ScheduleKind::zb_v:
     s = zb_v(p, m);
+    break;
+  case ScheduleKind::v_half:
+    s = v_half(p, m);
+    break;
+  case ScheduleKind::v_min:
+    s = v_min(p, m);
     break;
   case ScheduleKind::dualpipev:
     s = dualpipev(p, m);

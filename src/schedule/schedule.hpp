@@ -38,7 +38,7 @@ struct Action {
 struct Schedule {
   std::string name;
   int p = 1, m = 1, v = 1;
-  bool vshape = false;                    // V placement (zb-v, dualpipev)
+  bool vshape = false;                    // V placement (zb-v, v-half, v-min, dualpipev)
   std::vector<std::vector<Action>> ranks; // ranks[r] = rank r's actions, in order
 
   int stages() const { return p * v; }
@@ -52,6 +52,10 @@ struct Schedule {
 // "F(mb 3, chunk 0)", "RECV_GRAD(mb 1, chunk 1) from rank 2"
 std::string describe(const Action& a);
 const char* op_name(Op op);
+
+// The chunks per rank the schedule of this deck name runs by default: 2 for interleaved and the
+// V placement (zb-v, v-half, v-min, dualpipev), else 1.
+int default_chunks(const std::string& name);
 
 // Builds the schedule with its SEND/RECV actions. Throws std::invalid_argument with a
 // message naming the constraint when (p, m, v) does not suit it (e.g. interleaved needs p >= 2,
@@ -93,6 +97,9 @@ Schedule gpipe(int p, int m);
 Schedule one_f_one_b(int p, int m);
 Schedule interleaved_1f1b(int p, int m, int v);
 Schedule zb_h1(int p, int m);
+Schedule zb_h2(int p, int m);
+Schedule v_half(int p, int m);
+Schedule v_min(int p, int m);
 Schedule zb_v(int p, int m);
 Schedule dualpipev(int p, int m);
 void add_communication(Schedule& s);

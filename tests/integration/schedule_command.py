@@ -26,8 +26,8 @@ def check(ok, what):
 
 # round trip: the lists and figures of a built-in schedule equal those of its CSV read back
 with tempfile.TemporaryDirectory() as tmp:
-    for name, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("interleaved", 2), ("zb-v", 2),
-                    ("dualpipev", 2)):
+    for name, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("zb-h2", 1), ("interleaved", 2),
+                    ("zb-v", 2), ("v-half", 2), ("v-min", 2), ("dualpipev", 2)):
         for pp in (2, 4):
             shape = ["--pp", str(pp), "--micro-batches", "8", "--virtual-stages", str(v)]
             rc, csv, figures = run(name, *shape, "--csv")

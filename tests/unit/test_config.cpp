@@ -133,7 +133,8 @@ TEST(Config, StringKeysBecomeEnumsAndPrintAsTheDeckSpellsThem) {
   EXPECT_EQ(e.parallel.partition, PartitionKind::explicit_layers);
   EXPECT_EQ(std::string(name(e.parallel.partition)), "explicit");
   EXPECT_NE(error_of(kTiny, {"parallel.schedule=1F1B"})
-                .find("= \"1F1B\" is not one of gpipe|1f1b|interleaved|zb-h1|zb-v|dualpipev|2bw; "
+                .find("= \"1F1B\" is not one of "
+                      "gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|dualpipev|2bw; "
                       "did you mean '1f1b'?"),
             std::string::npos);
   EXPECT_NE(error_of(kTiny, {"comm.overlap=poll", "comm.allreduce=ring"})

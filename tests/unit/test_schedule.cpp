@@ -53,6 +53,52 @@ TEST(Schedule, EveryScheduleValidatesExhaustively) {
   std::printf("  %d schedules validated\n", checked);
 }
 
+// Per rank of a loop-placed list: the most micro-batches between F and BI, and the most at once
+// between F and BW (F..BI at M_B each, BI..BW at M_W <= M_B: the Zero Bubble paper's memory).
+std::vector<std::pair<int, int>> zb_peaks(const Schedule& s) {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& list : s.ranks) {
+    int b = 0, w = 0, peak_b = 0, peak_all = 0;
+    for (const Action& a : list) {
+      b += a.op == Op::F ? 1 : a.op == Op::BI ? -1 : 0;
+      w += a.op == Op::BI ? 1 : a.op == Op::BW ? -1 : 0;
+      peak_b = std::max(peak_b, b);
+      peak_all = std::max(peak_all, b + w);
+    }
+    out.emplace_back(peak_b, peak_all);
+  }
+  return out;
+}
+
+// ZB-H2, V-Half and V-Min validate for p 1..8, m 1..32 and keep the papers' activation bounds on
+// every rank: ZB-H2 (2p - 2r - 1) M_B + 2r M_W (arXiv 2401.10241 section 3), V-Half (p + 2) / 2
+// and V-Min (p + 4) / 3 micro-batches of activations (arXiv 2405.15362; a micro-batch is two
+// chunk activations, the validator's unit in the V placement).
+TEST(Schedule, MemoryBoundedSchedulesKeepThePapersBounds) {
+  for (int p = 1; p <= 8; ++p) {
+    for (int m = 1; m <= 32; ++m) {
+      const Schedule h2 = make_schedule(ScheduleKind::zb_h2, p, m, 1);
+      const Validation vh2 = validate(h2);
+      ASSERT_TRUE(vh2.ok) << "zb-h2 p " << p << " m " << m << ": " << vh2.error;
+      const auto peaks = zb_peaks(h2);
+      for (int r = 0; r < p; ++r) {
+        const auto [b, all] = peaks[static_cast<std::size_t>(r)];
+        EXPECT_LE(b, 2 * (p - r) - 1) << "zb-h2 p " << p << " m " << m << " rank " << r;
+        EXPECT_LE(all, 2 * (p - r) - 1 + 2 * r) << "zb-h2 p " << p << " m " << m << " rank " << r;
+      }
+      for (auto [kind, bound] : {std::pair{ScheduleKind::v_half, (p + 2) / 2},
+                                 std::pair{ScheduleKind::v_min, (p + 4) / 3}}) {
+        const Validation v = validate(make_schedule(kind, p, m, 2));
+        ASSERT_TRUE(v.ok) << name(kind) << " p " << p << " m " << m << ": " << v.error;
+        for (int r = 0; r < p; ++r) {
+          EXPECT_LE(v.peak_live[static_cast<std::size_t>(r)], 2 * std::max(1, bound))
+              << name(kind) << " p " << p << " m " << m << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(Schedule, BubbleMatchesClosedForms) {
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 32; ++m) {
@@ -375,6 +421,9 @@ TEST(Schedule, CsvReadsBackEveryBuiltIn) {
       for (auto [kind, v] : {std::pair{ScheduleKind::gpipe, 1},
                              {ScheduleKind::one_f_one_b, 1},
                              {ScheduleKind::zb_h1, 1},
+                             {ScheduleKind::zb_h2, 1},
+                             {ScheduleKind::v_half, 2},
+                             {ScheduleKind::v_min, 2},
                              {ScheduleKind::interleaved, 2},
                              {ScheduleKind::interleaved, 3},
                              {ScheduleKind::zb_v, 2},
