@@ -28,7 +28,7 @@ def train(build_dir, ranks, deck, name, overrides):
         os.remove(metrics)
     subprocess.run([os.path.join(ROOT, "tools", "mpi-launch"), str(ranks),
                     os.path.join(build_dir, "pipetrain"), os.path.join(ROOT, "inputs", deck),
-                    *overrides, f"log.dir={log_dir}", "log.every=1000"],
+                    f"log.dir={log_dir}", "log.every=1000", *overrides],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     return [json.loads(line) for line in open(metrics) if '"loss"' in line]
 
