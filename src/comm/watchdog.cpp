@@ -63,6 +63,14 @@ double Watchdog::allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op, M
   return wait(req, what);
 }
 
+MPI_Request Watchdog::start_allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op,
+                                      MPI_Comm comm) const {
+  count_collective();
+  MPI_Request req;
+  PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, comm, &req));
+  return req;
+}
+
 double Watchdog::bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
                        const std::string& what) const {
   count_collective();

@@ -33,6 +33,10 @@ public:
   double allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                    const std::string& what) const;
 
+  // A non-blocking in-place MPI_Allreduce, counted as a collective: wait() for its request.
+  MPI_Request start_allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op,
+                              MPI_Comm comm) const;
+
   // MPI_Bcast and MPI_Barrier under the watchdog.
   double bcast(void* buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
                const std::string& what) const;

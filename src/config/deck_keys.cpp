@@ -286,6 +286,11 @@ std::vector<DeckKey> make_table() {
              {"AdamW decoupled decay, on matrices and embeddings only"}),
       number("train", "grad_clip", &RC::train, &T::grad_clip, 0.0, 1e6, false,
              {"global grad-norm clipping (torch.nn.utils.clip_grad_norm_ semantics); 0 = off"}),
+      boolean("train", "post_validation", &RC::train, &T::post_validation,
+              {"optimizer post-validation (docs/pipeline.md): every rank updates as soon as its "
+               "gradients are final, while the global gradient norm is summed, and undoes and "
+               "redoes the update where clipping applies (a non-finite value: undone, exit 4); "
+               "bit-identical to false, with a copy of the parameters and optimizer state"}),
       choice("train", "recompute", &RC::train, &T::recompute,
              {Recompute::none, Recompute::selective, Recompute::full},
              {"activations recomputed in the backward instead of kept (docs/memory.md); every "

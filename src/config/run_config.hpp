@@ -57,6 +57,9 @@ struct TrainConfig {
   // activations recomputed in the backward instead of kept (docs/design.md section 6a): selective,
   // the attention probabilities; full, everything of a block but its input
   Recompute recompute = Recompute::none;
+  // optimizer post-validation (docs/pipeline.md): each rank updates before the global gradient
+  // norm arrives and redoes the update where clipping applies
+  bool post_validation = false;
   bool operator==(const TrainConfig&) const = default;
 };
 

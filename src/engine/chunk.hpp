@@ -10,6 +10,7 @@
 #include "comm/grad_sync.hpp"
 #include "model/gpt_stage.hpp"
 #include "optim/optimizer.hpp"
+#include "util/buffer.hpp"
 
 namespace pt {
 
@@ -29,6 +30,7 @@ struct Chunk {
   // without data parallelism or under ZeRO-1
   std::unique_ptr<GradSync> sync;
   NormTensors norm;
+  FloatBuffer saved_params; // train.post_validation: the parameters before the update
 };
 
 // The chunks' stages, for what reads or runs them without their optimizers (the pipeline engine,

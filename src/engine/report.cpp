@@ -167,11 +167,12 @@ void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
   sm.reduced = step_logs(cfg, step, totals.first_step);
   if (sm.reduced) { // metrics over ranks only on the steps that log
     std::tie(sm.bubble, sm.bubble_predicted) = bubble_of(run, s.times, step);
-    double comm_t[2] = {s.comm.exposed_s, s.comm.busy_s};
-    run.watchdog.allreduce(comm_t, 2, MPI_DOUBLE, MPI_MAX, run.layout.world(),
+    double comm_t[3] = {s.comm.exposed_s, s.comm.busy_s, s.norm_wait_s};
+    run.watchdog.allreduce(comm_t, 3, MPI_DOUBLE, MPI_MAX, run.layout.world(),
                            "the step's communication metrics");
     sm.comm_exposed_s = comm_t[0];
     sm.comm_s = comm_t[1];
+    sm.norm_wait_s = comm_t[2];
     memory_metrics(run, sm);
     stage_metrics(run, s.times, sm);
   } else if (run.trace.on(step) && step + 1 == run.trace.first()) {
@@ -191,6 +192,10 @@ void report_step(Run& run, int step, const StepResult& s, RunTotals& totals) {
 }
 
 void report_end(Run& run, const RunTotals& totals) {
+  if (run.cfg.train.post_validation && run.layout.rank() == 0) {
+    std::printf("post-validation: %d of %d updates redone (clipping applied)\n", run.updates_redone,
+                totals.steps_done - totals.first_step);
+  }
   report_dp_reduction(run, totals);
   report_collectives(run, totals);
   const int timed = totals.steps_done - totals.first_step - 1;

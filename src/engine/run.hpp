@@ -75,6 +75,7 @@ struct Run {
   Trace trace;              // log.trace
   double peak_flops = 0.0;  // every rank's measured GEMM rate, summed
   int replicas_checked = 0; // test hook check_tp_replicas
+  int updates_redone = 0;   // train.post_validation: updates undone and redone (clipping)
 };
 
 struct StepResult {
@@ -83,6 +84,9 @@ struct StepResult {
   double lr = 0.0;
   double seconds = 0.0;
   int stop = 0; // the stop signal any rank had seen when the step's sums were agreed, or 0
+  // time this rank waited for the step's agreement (loss, gradient norm, stop) after the schedule
+  // (train.post_validation: after its unclipped update)
+  double norm_wait_s = 0.0;
   StepTimes times;
   GradSyncStats comm;
 };

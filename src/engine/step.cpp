@@ -112,29 +112,73 @@ void local_norm_squares(Run& run, double* sq) {
   }
 }
 
-Agreement agree_after_schedule(Run& run, double loss, int signal) {
-  const Layout& layout = run.layout;
-  const std::size_t n_tensors = run.whole.tensors().size();
-  // [sums of squares per tensor..., loss, SIGTERM seen, SIGUSR1 seen]
-  std::vector<double> v(n_tensors + 3, 0.0);
-  local_norm_squares(run, v.data());
-  const schedule::Schedule& sched = run.plan.schedule;
-  const bool has_loss =
-      layout.coords().pp == sched.rank_of(sched.stages() - 1) && layout.coords().tp == 0;
-  if (has_loss) v[n_tensors] = loss;
-  v[n_tensors + 1] = signal == SIGTERM ? 1.0 : 0.0;
-  v[n_tensors + 2] = signal == SIGUSR1 ? 1.0 : 0.0;
-  if (layout.size() > 1) {
-    run.watchdog.allreduce(v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM,
-                           layout.world(), "the step's loss, gradient norm and stop agreement");
+// The agreement's world sum, started when the schedule's gradients are final; finish() waits for
+// it (the same non-blocking all-reduce whether the update runs before or after it, so the sums
+// are the same bits) and reads it.
+class PendingAgreement {
+public:
+  PendingAgreement(Run& run, double loss, int signal) : run_(run) {
+    const Layout& layout = run.layout;
+    const std::size_t n_tensors = run.whole.tensors().size();
+    // [sums of squares per tensor..., loss, SIGTERM seen, SIGUSR1 seen]
+    v_.assign(n_tensors + 3, 0.0);
+    local_norm_squares(run, v_.data());
+    const schedule::Schedule& sched = run.plan.schedule;
+    const bool has_loss =
+        layout.coords().pp == sched.rank_of(sched.stages() - 1) && layout.coords().tp == 0;
+    if (has_loss) v_[n_tensors] = loss;
+    v_[n_tensors + 1] = signal == SIGTERM ? 1.0 : 0.0;
+    v_[n_tensors + 2] = signal == SIGUSR1 ? 1.0 : 0.0;
+    if (layout.size() > 1) {
+      req_ = run.watchdog.start_allreduce(v_.data(), static_cast<int>(v_.size()), MPI_DOUBLE,
+                                          MPI_SUM, layout.world());
+      started_ = true;
+    }
   }
-  Agreement a;
-  double norm2 = 0.0;
-  for (std::size_t i = 0; i < n_tensors; ++i) norm2 += v[i]; // model order on every layout
-  a.grad_norm = std::sqrt(norm2);
-  a.loss = v[n_tensors] / (static_cast<double>(run.cfg.accumulation()) * layout.dp());
-  a.stop = v[n_tensors + 1] > 0.0 ? SIGTERM : v[n_tensors + 2] > 0.0 ? SIGUSR1 : 0;
-  return a;
+
+  // Waits for the sum (`waited_s`: how long) and reads the agreement from it.
+  Agreement finish(double& waited_s) {
+    waited_s = started_ ? run_.watchdog.wait(req_, "the step's loss, gradient norm and stop "
+                                                   "agreement")
+                        : 0.0;
+    const std::size_t n_tensors = v_.size() - 3;
+    Agreement a;
+    double norm2 = 0.0;
+    for (std::size_t i = 0; i < n_tensors; ++i) norm2 += v_[i]; // model order on every layout
+    a.grad_norm = std::sqrt(norm2);
+    a.loss = v_[n_tensors] / (static_cast<double>(run_.cfg.accumulation()) * run_.layout.dp());
+    a.stop = v_[n_tensors + 1] > 0.0 ? SIGTERM : v_[n_tensors + 2] > 0.0 ? SIGUSR1 : 0;
+    return a;
+  }
+
+private:
+  Run& run_;
+  std::vector<double> v_;
+  MPI_Request req_{};
+  bool started_ = false;
+};
+
+// Every chunk's update. post_validation: save() first keeps what an undo() restores.
+void update(Run& run, double lr, float grad_scale) {
+  for (Chunk& c : run.chunks) c.opt->step(c.stage->params(), c.stage->grads(), lr, grad_scale);
+}
+
+void save(Run& run) {
+  for (Chunk& c : run.chunks) {
+    const std::size_t n = c.stage->num_params();
+    if (c.saved_params.size() != n) {
+      c.saved_params = FloatBuffer(n, Memory{run.be.alloc, run.be.release});
+    }
+    run.be.copy(c.saved_params.data(), c.stage->params(), n * sizeof(float));
+    c.opt->save();
+  }
+}
+
+void undo(Run& run) {
+  for (Chunk& c : run.chunks) {
+    run.be.copy(c.stage->params(), c.saved_params.data(), c.saved_params.bytes());
+    c.opt->restore();
+  }
 }
 
 } // namespace
@@ -164,7 +208,16 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, in
   run.trace.add("gradient reductions", t_reduce, wall_time(), step);
   const double t_update = wall_time();
   if (stop_seen != nullptr && *stop_seen == 0) *stop_seen = poll_stop_signal();
-  const Agreement agreed = agree_after_schedule(run, loss, stop_seen != nullptr ? *stop_seen : 0);
+  PendingAgreement pending(run, loss, stop_seen != nullptr ? *stop_seen : 0);
+  r.lr = learning_rate(t, step);
+  if (run.two_bw.on()) run.two_bw.keep(run.be, run.chunks); // 2bw: W(t) stays for step t+1
+  // post-validation (arXiv 2401.10241 section 4): update unclipped while the norm is summed
+  const bool early = t.post_validation;
+  if (early) {
+    save(run);
+    update(run, r.lr, 1.0f);
+  }
+  const Agreement agreed = pending.finish(r.norm_wait_s);
   r.loss = agreed.loss;
   r.grad_norm = agreed.grad_norm;
   r.stop = agreed.stop;
@@ -172,6 +225,7 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, in
     check_replicated_grads(run.chunks, run.layout, run.watchdog, step, run.replicas_checked);
   }
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    if (early) undo(run);
     throw Error(ExitCode::non_finite,
                 "step " + std::to_string(step + 1) + ": loss = " + std::to_string(r.loss) +
                     ", grad norm = " + std::to_string(r.grad_norm) +
@@ -184,9 +238,13 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, in
     const double coef = t.grad_clip / (r.grad_norm + 1e-6);
     if (coef < 1.0) grad_scale = static_cast<float>(coef);
   }
-  r.lr = learning_rate(t, step);
-  if (run.two_bw.on()) run.two_bw.keep(run.be, run.chunks); // 2bw: W(t) stays for step t+1
-  for (Chunk& c : run.chunks) c.opt->step(c.stage->params(), c.stage->grads(), r.lr, grad_scale);
+  if (!early) {
+    update(run, r.lr, grad_scale);
+  } else if (grad_scale != 1.0f) { // clipping applies: the unclipped update is undone and redone
+    undo(run);
+    update(run, r.lr, grad_scale);
+    ++run.updates_redone;
+  }
   run.trace.add("optimizer", t_update, wall_time(), step); // loss, norm, clipping, AdamW
   r.seconds = wall_time() - t0;
   return r;

@@ -41,6 +41,23 @@ AdamW::AdamW(std::vector<AdamSegment> segments, std::size_t state_size, const Tr
       weight_decay_(t.weight_decay), m_(state_size, Memory{backend.alloc, backend.release}),
       v_(state_size, Memory{backend.alloc, backend.release}) {}
 
+void AdamW::save() {
+  if (saved_m_.size() != m_.size()) {
+    const Memory mem{be_.alloc, be_.release};
+    saved_m_ = FloatBuffer(m_.size(), mem);
+    saved_v_ = FloatBuffer(v_.size(), mem);
+  }
+  be_.copy(saved_m_.data(), m_.data(), m_.bytes());
+  be_.copy(saved_v_.data(), v_.data(), v_.bytes());
+  saved_t_ = t_;
+}
+
+void AdamW::restore() {
+  be_.copy(m_.data(), saved_m_.data(), m_.bytes());
+  be_.copy(v_.data(), saved_v_.data(), v_.bytes());
+  t_ = saved_t_;
+}
+
 void AdamW::step(float* params, const float* grads, double lr, float grad_scale) {
   ++t_;
   ops::AdamWStep s{};

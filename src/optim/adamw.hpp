@@ -42,13 +42,16 @@ public:
   const float* m() const { return m_.data(); }
   const float* v() const { return v_.data(); }
   std::size_t bytes() const { return m_.bytes() + v_.bytes(); }
+  void save() override;
+  void restore() override;
 
 private:
   std::vector<AdamSegment> segments_;
   const Backend& be_;
   double beta1_, beta2_, eps_, weight_decay_;
   FloatBuffer m_, v_;
-  int t_ = 0;
+  FloatBuffer saved_m_, saved_v_; // save()'s copy
+  int t_ = 0, saved_t_ = 0;
   bool per_tensor_ = false; // segments_[i] is tensor i of a layout
 };
 

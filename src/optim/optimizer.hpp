@@ -46,6 +46,11 @@ public:
   // true: the dp ranks hold disjoint runs (ZeRO-1), each writes its own; false: every dp replica
   // holds the whole state and one writes it.
   virtual bool sharded() const = 0;
+  // Optimizer post-validation (train.post_validation): save() keeps a copy of the state an update
+  // changes (moments and update count; the copy is made on first use, in the same memory),
+  // restore() puts it back, so an update can be undone bit for bit.
+  virtual void save() = 0;
+  virtual void restore() = 0;
 };
 
 } // namespace pt

@@ -79,6 +79,19 @@ void ZeroAdamW::step(float* params, const float* /*grads*/, double lr, float gra
   gather(params);
 }
 
+void ZeroAdamW::save() {
+  opt_->save();
+  if (saved_grads_.size() != grads_.size()) {
+    saved_grads_ = FloatBuffer(grads_.size(), Memory{be_.alloc, be_.release});
+  }
+  be_.copy(saved_grads_.data(), grads_.data(), grads_.bytes());
+}
+
+void ZeroAdamW::restore() {
+  opt_->restore();
+  be_.copy(grads_.data(), saved_grads_.data(), grads_.bytes());
+}
+
 std::vector<Optimizer::Span> ZeroAdamW::grad_spans() const {
   std::vector<Span> out;
   for (const Piece& p : pieces_) out.push_back({p.tensor, p.shard_offset, p.size});

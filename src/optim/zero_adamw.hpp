@@ -51,6 +51,10 @@ public:
   void set_updates(int t) override { opt_->set_updates(t); }
   std::vector<Run> runs(std::size_t tensor) override;
   bool sharded() const override { return true; }
+  // the moments, and the summed gradients of the blocks (on the host, step() reuses their buffer
+  // for the all-gather, so a redone update needs them back)
+  void save() override;
+  void restore() override;
 
 private:
   struct Bucket {
@@ -72,6 +76,7 @@ private:
   std::vector<Piece> pieces_;
   const Backend& be_;
   FloatBuffer grads_;                 // this rank's blocks of the summed gradients (backend)
+  FloatBuffer saved_grads_;           // save()'s copy of them
   CountedVector<float> host_;         // their host copy for MPI (a GPU backend only)
   std::unique_ptr<AdamW> opt_;        // moments of this rank's blocks
   CountedVector<float> padded_, tmp_; // a padded bucket; the exchange's scratch

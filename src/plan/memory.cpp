@@ -168,6 +168,9 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     const double P = buf(static_cast<double>(layout.total()));
     e.params += 2 * P + (spec.last && m.tie_embeddings ? buf(s.V * s.C) : 0.0);
     if (cfg.parallel.schedule == ScheduleKind::two_bw) e.params += P; // the older version
+    // post-validation's copies (engine/step.cpp): the parameters and the optimizer state
+    const double copies = cfg.train.post_validation ? 2.0 : 1.0;
+    if (cfg.train.post_validation) e.params += P;
     const auto bucket_floats = static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0);
     const std::vector<GradBucket> buckets = make_buckets(layout, bucket_floats);
     for (const GradBucket& k : buckets) largest_bucket = std::max(largest_bucket, k.count);
@@ -178,10 +181,11 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
         shard += (k.count + dp - 1) / dp;
         zero_widest = std::max(zero_widest, (k.count + dp - 1) / dp * dp);
       }
-      e.optimizer += 2 * buf(static_cast<double>(shard));
-      e.comm += buf(static_cast<double>(shard)); // the summed gradients of the blocks
+      e.optimizer += copies * 2 * buf(static_cast<double>(shard));
+      // the summed gradients of the blocks (post-validation: and their copy)
+      e.comm += copies * buf(static_cast<double>(shard));
     } else {
-      e.optimizer += 2 * P;
+      e.optimizer += copies * 2 * P;
     }
     const schedule::ChunkUse& u = use[static_cast<std::size_t>(c)];
     const bool split = u.split, fused = u.whole;

@@ -52,9 +52,10 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
     std::fprintf(file_,
                  ", \"bubble\": %.6f, \"bubble_predicted\": %.6f, \"mem_bytes\": %.0f, "
                  "\"mem_predicted_bytes\": %.0f, \"mem_rss_bytes\": %.0f, "
-                 "\"comm_exposed_s\": %.6f, \"comm_s\": %.6f, \"stage_compute_s\": [",
+                 "\"comm_exposed_s\": %.6f, \"comm_s\": %.6f, \"norm_wait_s\": %.6f, "
+                 "\"stage_compute_s\": [",
                  m.bubble, m.bubble_predicted, m.mem_bytes, m.mem_predicted_bytes, m.mem_rss_bytes,
-                 m.comm_exposed_s, m.comm_s);
+                 m.comm_exposed_s, m.comm_s, m.norm_wait_s);
     for (std::size_t r = 0; r < m.stage_compute_s.size(); ++r) {
       std::fprintf(file_, "%s%.6f", r ? ", " : "", m.stage_compute_s[r]);
     }

@@ -30,6 +30,9 @@ struct StepMetrics {
   // schedule (exposed) and time it ran in all (overlapped with the backward or not)
   double comm_exposed_s = 0.0;
   double comm_s = 0.0;
+  // the wait for the step's agreement (loss, gradient norm, stop) after the schedule, max over
+  // ranks: the step boundary's synchronization (train.post_validation: after the update)
+  double norm_wait_s = 0.0;
   // per pipeline rank of the first replica: compute time (F, B, BI, BW) and peak bytes
   std::vector<double> stage_compute_s, stage_mem_bytes;
   // whether the metrics over ranks above (bubble to stage_mem_bytes) were measured: on the steps
