@@ -158,10 +158,11 @@ DeckKey schedule_key() {
                     "zb-h2 is zero bubble at twice 1F1B's activations; 2bw is "
                     "asynchronous PipeDream-2BW (micro-batches >= pp, host backend, no ZeRO-1); "
                     "file:PATH runs the CSV schedule at PATH (PyTorch's compute-only form; "
-                    "`pipetrain schedule` writes one)"},
+                    "`pipetrain schedule` writes one); search finds one for the stage costs "
+                    "within parallel.search_memory (virtual_stages 1) and writes it to log.dir"},
                    "\"1f1b\"",
                    "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, v-half, v-min, dualpipev, 2bw, "
-                   "file:PATH");
+                   "search, file:PATH");
   k.read = [](DeckReader& r, RunConfig& c) {
     const toml::node* n = r.raw("parallel", "schedule");
     const std::string prefix = "file:";
@@ -177,7 +178,7 @@ DeckKey schedule_key() {
         "parallel", "schedule", ScheduleKind::one_f_one_b,
         {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
          ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_v, ScheduleKind::v_half,
-         ScheduleKind::v_min, ScheduleKind::dualpipev, ScheduleKind::two_bw});
+         ScheduleKind::v_min, ScheduleKind::dualpipev, ScheduleKind::two_bw, ScheduleKind::search});
   };
   return k;
 }
@@ -255,6 +256,9 @@ std::vector<DeckKey> make_table() {
               {"model chunks per pipeline rank (interleaved placement: stage s on rank s % pp; V "
                "placement for zb-v and dualpipev)"}),
       schedule_key(),
+      number("parallel", "search_memory", &RC::parallel, &P::search_memory, 0.1, 64.0, false,
+             {"schedule = \"search\": the activations a rank may hold, in multiples of 1F1B's "
+              "largest (pp micro-batches): 1 = 1F1B's memory, 2 = ZB-H2's"}),
       integer("parallel", "micro_batches", &RC::parallel, &P::micro_batches, 0, kBig,
               {"micro-batches per step per pipeline; if given must equal global_batch / (dp * "
                "micro_batch)",

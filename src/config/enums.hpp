@@ -18,7 +18,8 @@ constexpr ActFormat activation_format(Precision p) {
   return p == Precision::bf16 ? ActFormat::bf16 : ActFormat::fp32;
 }
 // parallel.schedule
-// file: a schedule read from a CSV file (parallel.schedule = "file:PATH", docs/pipeline.md)
+// file: a schedule read from a CSV file (parallel.schedule = "file:PATH", docs/pipeline.md);
+// search: one found for the run's stage costs under a memory budget
 enum class ScheduleKind {
   gpipe,
   one_f_one_b,
@@ -30,7 +31,8 @@ enum class ScheduleKind {
   v_min,
   dualpipev,
   two_bw,
-  file
+  file,
+  search
 };
 enum class PartitionKind { uniform, params, time, explicit_layers }; // parallel.partition
 enum class Overlap { none, thread, poll };                           // comm.overlap
@@ -90,6 +92,8 @@ constexpr const char* name(ScheduleKind s) {
     return "2bw";
   case ScheduleKind::file:
     return "file";
+  case ScheduleKind::search:
+    return "search";
   }
   return "?";
 }

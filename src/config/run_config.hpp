@@ -31,6 +31,8 @@ struct ParallelConfig {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   // schedule file: the path after "file:" and the file's text (load_deck reads it on rank 0)
   std::string schedule_file, schedule_csv;
+  // schedule search: the activations a rank may hold, in multiples of pp micro-batches
+  double search_memory = 1.0;
   int micro_batches = 0; // per pipeline per step; derived from the batch sizes
   PartitionKind partition = PartitionKind::uniform;
   std::vector<int> partition_layers;  // explicit_layers: the deck's list

@@ -23,6 +23,21 @@
 namespace pt {
 namespace {
 
+// parallel.schedule = "search": the schedule found, as <log.dir>/schedule.csv (rank 0), which
+// parallel.schedule = "file:PATH" runs again.
+void write_found_schedule(const RunConfig& cfg, const schedule::Schedule& s) {
+  const std::string path = cfg.log.dir + "/schedule.csv";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  const std::string text = schedule::to_csv(s);
+  if (f == nullptr || std::fputs(text.c_str(), f) < 0 || std::fclose(f) != 0) {
+    std::fprintf(stderr, "pipetrain: warning: cannot write the schedule found to %s\n",
+                 path.c_str());
+    return;
+  }
+  std::printf("  schedule found by search: %s (parallel.schedule = \"file:%s\" runs it again)\n",
+              path.c_str(), path.c_str());
+}
+
 // Opens a token file on every rank; the first rank that fails reports for all.
 std::unique_ptr<TokenFile> open_collectively(MPI_Comm comm, const std::string& path, int vocab,
                                              int seq_len) {
@@ -220,6 +235,9 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
     log_err = e;
   }
   agree(layout.world(), log_err);
+  if (cfg.parallel.schedule == ScheduleKind::search && layout.rank() == 0) {
+    write_found_schedule(cfg, plan.schedule);
+  }
   nccl =
       use_nccl("comm.gpu_collectives", cfg.comm.gpu_collectives, cfg, layout.world(), staged_why);
   make_chunks(*this);

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -75,11 +76,25 @@ void print_memory(const RunConfig& cfg, const Plan& plan) {
 
 } // namespace
 
-schedule::Schedule run_schedule(const RunConfig& cfg) {
+schedule::Schedule run_schedule(const RunConfig& cfg, const std::vector<double>& stage_cost) {
   const ParallelConfig& p = cfg.parallel;
   const bool file = p.schedule == ScheduleKind::file;
   try {
     if (file) return schedule::from_csv(p.schedule_csv, p.pp, p.micro_batches, p.virtual_stages);
+    if (p.schedule == ScheduleKind::search) {
+      if (p.virtual_stages != 1) {
+        throw std::invalid_argument("search places one chunk per rank: virtual_stages must be 1");
+      }
+      // F, BI and BW a third each of a stage's forward and backward
+      std::vector<schedule::Costs> costs;
+      for (int r = 0; r < p.pp; ++r) {
+        const auto i = static_cast<std::size_t>(r);
+        const double c = i < stage_cost.size() ? stage_cost[i] : 1.0;
+        costs.push_back({c / 3, 2 * c / 3, c / 3, c / 3, 0.0});
+      }
+      const int budget = std::max(1, static_cast<int>(std::floor(p.search_memory * p.pp)));
+      return schedule::search_schedule(p.pp, p.micro_batches, costs, budget);
+    }
     return schedule::make_schedule(p.schedule, p.pp, p.micro_batches, p.virtual_stages);
   } catch (const std::invalid_argument& e) {
     if (file) {
@@ -107,7 +122,7 @@ Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
     }
   }
   plan.layers = partition_layers(cfg.parallel, cfg.model.n_layer, S, plan.costs);
-  plan.schedule = run_schedule(cfg);
+  plan.schedule = run_schedule(cfg, stage_costs(plan.layers, plan.costs));
   const schedule::Validation v = schedule::validate(plan.schedule);
   if (!v.ok) fatal("internal error: generated schedule is invalid: " + v.error);
   plan.peak_live = v.peak_live;

@@ -33,9 +33,10 @@ struct Plan {
 // Collective (partition = "time" profiles on every rank when `profile`). Throws
 // pt::Error(bad_input) when the schedule does not suit (pp, micro-batches, virtual stages).
 Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile);
-// The deck's schedule: built, or read from its file (parallel.schedule = "file:PATH"), with its
-// messages. Throws the input error (exit 2) naming the key and the cause where it does not fit.
-schedule::Schedule run_schedule(const RunConfig& cfg);
+// The deck's schedule: built, read from its file (parallel.schedule = "file:PATH") or searched
+// for these stage costs (one per pipeline rank; "search"), with its messages. Throws the input
+// error (exit 2) naming the key and the cause where it does not fit.
+schedule::Schedule run_schedule(const RunConfig& cfg, const std::vector<double>& stage_cost);
 
 // Prints the resolved deck, layout table, partition and plan on rank 0 (--validate too).
 void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan);

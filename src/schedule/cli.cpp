@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -20,7 +22,32 @@ constexpr ScheduleKind kNamed[] = {ScheduleKind::gpipe,       ScheduleKind::one_
                                    ScheduleKind::v_half,      ScheduleKind::v_min,
                                    ScheduleKind::dualpipev,   ScheduleKind::two_bw};
 
-schedule::Schedule build(const std::string& which, int p, int m, int v) {
+// Per rank: F, BI and BW a third each of its stage's forward and backward (chunks of a rank share
+// its cost); equal stages where none are given.
+std::vector<schedule::Costs> rank_costs(const std::vector<double>& stage_costs, int p) {
+  if (!stage_costs.empty() && static_cast<int>(stage_costs.size()) != p) {
+    throw input_error("--stage-costs has " + std::to_string(stage_costs.size()) +
+                      " entries: give one per pipeline rank (" + std::to_string(p) + ")");
+  }
+  std::vector<schedule::Costs> out;
+  for (int r = 0; r < p; ++r) {
+    const double c = stage_costs.empty() ? 3.0 : stage_costs[static_cast<std::size_t>(r)];
+    out.push_back({c / 3, 2 * c / 3, c / 3, c / 3, 0.0});
+  }
+  return out;
+}
+
+schedule::Schedule build(const std::string& which, int p, int m, int v,
+                         const std::vector<schedule::Costs>& costs, double memory) {
+  if (which == "search") {
+    try {
+      if (v != 1) throw std::invalid_argument("it places one chunk per rank: virtual_stages 1");
+      return schedule::search_schedule(p, m, costs,
+                                       std::max(1, static_cast<int>(std::floor(memory * p))));
+    } catch (const std::invalid_argument& e) {
+      throw input_error(std::string("schedule \"search\": ") + e.what());
+    }
+  }
   const std::string prefix = "file:";
   if (which.rfind(prefix, 0) == 0) {
     const std::string path = which.substr(prefix.size());
@@ -45,7 +72,8 @@ schedule::Schedule build(const std::string& which, int p, int m, int v) {
     }
     names += std::string(names.empty() ? "" : ", ") + name(k);
   }
-  throw input_error("unknown schedule \"" + which + "\": one of " + names + ", or file:PATH");
+  throw input_error("unknown schedule \"" + which + "\": one of " + names +
+                    ", search, or file:PATH");
 }
 
 // Every rank's compute actions, one line a rank.
@@ -63,11 +91,13 @@ void print_lists(const schedule::Schedule& s) {
 int schedule_main(int argc, char** argv) {
   CLI::App app{"pipetrain schedule: a pipeline schedule's compute actions per rank, its simulated "
                "bubble and peak live micro-batches (one process, no mpirun; docs/pipeline.md).\n"
-               "Usage: pipetrain schedule NAME|file:PATH --pp P --micro-batches M "
-               "[--virtual-stages V] [--csv]"};
+               "Usage: pipetrain schedule NAME|search|file:PATH --pp P --micro-batches M "
+               "[--virtual-stages V] [--stage-costs C,C,...] [--memory X] [--csv]"};
   std::string which;
   int p = 0, m = 0, v = 0;
   bool csv = false;
+  double memory = 1.0;
+  std::vector<double> stage_costs;
   app.add_option("schedule", which, "a built-in schedule's name, or file:PATH (a CSV schedule)")
       ->required();
   app.add_option("--pp", p, "pipeline ranks")->required()->check(CLI::PositiveNumber);
@@ -77,6 +107,15 @@ int schedule_main(int argc, char** argv) {
   app.add_option("--virtual-stages", v,
                  "chunks per rank (default: 2 for interleaved and the V schedules, else 1)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--stage-costs", stage_costs,
+                 "forward + backward time of each rank's stage, comma-separated (F, I and W a "
+                 "third each): the simulated figures and search use them (default: equal)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--memory", memory,
+                 "search: activations a rank may hold, in multiples of pp micro-batches "
+                 "(parallel.search_memory; default 1)")
+      ->check(CLI::Range(0.1, 64.0));
   app.add_flag("--csv", csv,
                "print the CSV that parallel.schedule = \"file:PATH\" runs (PyTorch's "
                "compute-only form); the figures go to stderr");
@@ -87,20 +126,22 @@ int schedule_main(int argc, char** argv) {
   }
   try {
     if (v == 0) v = schedule::default_chunks(which);
-    const schedule::Schedule s = build(which, p, m, v);
+    const std::vector<schedule::Costs> costs = rank_costs(stage_costs, p);
+    const schedule::Schedule s = build(which, p, m, v, costs, memory);
     if (s.name == "2bw") {
       throw input_error("2bw spans optimizer steps (asynchronous): it has no CSV form");
     }
     const schedule::Validation check = schedule::validate(s);
     if (!check.ok) throw input_error("the schedule is invalid: " + check.error);
-    const schedule::Simulation sim = schedule::simulate(s, schedule::Costs{1, 2, 1, 1, 0});
+    const schedule::Simulation sim = schedule::simulate(s, costs);
     std::ostringstream figures;
     figures.setf(std::ios::fixed);
     figures.precision(1);
     figures << "# " << which << ": pp " << p << ", " << m << " micro-batches, virtual_stages " << v
-            << " (" << (s.vshape ? "V" : "loop") << " placement); simulated bubble "
-            << 100.0 * schedule::step_bubble(sim)
-            << "% (F 1, B 2, I 1, W 1, messages free); peak live micro-batches per rank:";
+            << " (" << (s.vshape ? "V" : "loop") << " placement); simulated step " << sim.step_time
+            << ", bubble " << 100.0 * schedule::step_bubble(sim) << "% ("
+            << (stage_costs.empty() ? "F 1, B 2, I 1, W 1" : "--stage-costs")
+            << ", messages free); peak live micro-batches per rank:";
     for (int n : check.peak_live) figures << ' ' << n;
     figures << '\n';
     if (csv) {

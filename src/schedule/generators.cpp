@@ -393,6 +393,8 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
     break;
   case ScheduleKind::file:
     throw std::invalid_argument("a schedule file is read by from_csv, not made");
+  case ScheduleKind::search:
+    throw std::invalid_argument("a searched schedule needs the stage costs: search_schedule");
   }
   add_communication(s);
   return s;

@@ -104,6 +104,16 @@ Schedule zb_v(int p, int m);
 Schedule dualpipev(int p, int m);
 void add_communication(Schedule& s);
 
+struct Costs; // schedule/validate.hpp
+// A schedule for these per-rank costs (loop placement, one chunk per rank) in which no rank holds
+// more than `budget` micro-batches of activations (F to B or BW) at once, with its messages: the
+// fastest the simulator finds among GPipe, 1F1B, ZB-H1, ZB-H2 and the list scheduler under the
+// budget (with the costs as durations), improved by swapping neighbouring actions of a rank while
+// the step gets shorter (at most `evaluations` tries). Throws std::invalid_argument where nothing
+// fits the budget.
+Schedule search_schedule(int p, int m, const std::vector<Costs>& costs, int budget,
+                         int evaluations = 2000);
+
 // Schedules as text (docs/pipeline.md): PyTorch's compute-only CSV, one row per pipeline rank and
 // one compute action a cell, {stage}{F|I|W|B}{micro-batch} (I = BI, W = BW), no messages.
 // to_csv throws std::invalid_argument for 2bw's unrolled lists (they span optimizer steps).

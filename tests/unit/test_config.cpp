@@ -134,7 +134,7 @@ TEST(Config, StringKeysBecomeEnumsAndPrintAsTheDeckSpellsThem) {
   EXPECT_EQ(std::string(name(e.parallel.partition)), "explicit");
   EXPECT_NE(error_of(kTiny, {"parallel.schedule=1F1B"})
                 .find("= \"1F1B\" is not one of "
-                      "gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|dualpipev|2bw; "
+                      "gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|dualpipev|2bw|search; "
                       "did you mean '1f1b'?"),
             std::string::npos);
   EXPECT_NE(error_of(kTiny, {"comm.overlap=poll", "comm.allreduce=ring"})

@@ -99,6 +99,41 @@ TEST(Schedule, MemoryBoundedSchedulesKeepThePapersBounds) {
   }
 }
 
+// Schedule search (parallel.schedule = "search"): with equal F, I, W costs and 1F1B's memory its
+// step is at most ZB-H1's, with twice that memory at most ZB-H2's, and with unequal stage costs
+// at most the best named loop schedule's; every found schedule is valid and within its budget.
+TEST(Schedule, SearchIsAtLeastAsFastAsTheNamedSchedules) {
+  const auto step = [](const Schedule& s, const std::vector<Costs>& c) {
+    return simulate(s, c).step_time;
+  };
+  for (auto [p, m] : {std::pair{2, 2}, {2, 4}, {2, 8}, {3, 6}, {4, 4}, {4, 8}, {4, 16}, {8, 16}}) {
+    const std::vector<Costs> equal(static_cast<std::size_t>(p), Costs{1, 2, 1, 1, 0});
+    std::vector<Costs> uneven; // the middle stages three times the edges
+    for (int r = 0; r < p; ++r) {
+      const double c = r == 0 || r == p - 1 ? 1.0 : 3.0;
+      uneven.push_back({c, 2 * c, c, c, 0});
+    }
+    for (auto [costs, budget, bound] :
+         {std::tuple{&equal, p, step(make_schedule(ScheduleKind::zb_h1, p, m, 1), equal)},
+          {&equal, 2 * p, step(make_schedule(ScheduleKind::zb_h2, p, m, 1), equal)},
+          {&uneven, 2 * p, 1e300}}) {
+      double best = bound;
+      if (costs == &uneven) {
+        for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1,
+                               ScheduleKind::zb_h2}) {
+          best = std::min(best, step(make_schedule(k, p, m, 1), uneven));
+        }
+      }
+      const Schedule found = search_schedule(p, m, *costs, budget);
+      const Validation v = validate(found);
+      ASSERT_TRUE(v.ok) << "p " << p << " m " << m << ": " << v.error;
+      EXPECT_LE(*std::max_element(v.peak_live.begin(), v.peak_live.end()), budget);
+      EXPECT_LE(step(found, *costs), best + 1e-9)
+          << "p " << p << " m " << m << " budget " << budget;
+    }
+  }
+}
+
 TEST(Schedule, BubbleMatchesClosedForms) {
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 32; ++m) {
