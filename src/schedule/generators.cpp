@@ -42,9 +42,7 @@ std::string describe(const Action& a) {
   return s;
 }
 
-namespace {
-
-Schedule empty(const std::string& name, int p, int m, int v) {
+Schedule empty(const std::string& name, int p, int m, int v, bool vshape) {
   if (p < 1 || m < 1 || v < 1) {
     throw std::invalid_argument(name + ": p, m and v must be >= 1");
   }
@@ -53,11 +51,10 @@ Schedule empty(const std::string& name, int p, int m, int v) {
   s.p = p;
   s.m = m;
   s.v = v;
+  s.vshape = vshape;
   s.ranks.resize(static_cast<std::size_t>(p));
   return s;
 }
-
-} // namespace
 
 // All forwards, then all backwards (fill and drain).
 Schedule gpipe(int p, int m) {
@@ -143,9 +140,7 @@ struct VList {
 };
 
 Schedule v_empty(const std::string& name, int p, int m) {
-  Schedule s = empty(name, p, m, 2);
-  s.vshape = true;
-  return s;
+  return empty(name, p, m, 2, true);
 }
 
 } // namespace

@@ -133,18 +133,6 @@ Schedule list_schedule(Schedule s, const Limits& lim) {
   return s;
 }
 
-Schedule blank(const std::string& name, int p, int m, int v, bool vshape) {
-  if (p < 1 || m < 1) throw std::invalid_argument(name + ": p and m must be >= 1");
-  Schedule s;
-  s.name = name;
-  s.p = p;
-  s.m = m;
-  s.v = v;
-  s.vshape = vshape;
-  s.ranks.resize(static_cast<std::size_t>(p));
-  return s;
-}
-
 } // namespace
 
 // ZB-H1: 1F1B's activation limit (p - r micro-batches between F and BI); weight halves fill
@@ -152,7 +140,7 @@ Schedule blank(const std::string& name, int p, int m, int v, bool vshape) {
 Schedule zb_h1(int p, int m) {
   Limits lim;
   lim.between_f_bi = [p](int r) { return p - r; };
-  return list_schedule(blank("zb-h1", p, m, 1, false), lim);
+  return list_schedule(empty("zb-h1", p, m, 1, false), lim);
 }
 
 // ZB-H2: twice the room, 2(p - r) - 1 micro-batches between F and BI and at most 2r weight
@@ -163,7 +151,7 @@ Schedule zb_h2(int p, int m) {
   lim.between_f_bi = [p](int r) { return 2 * (p - r) - 1; };
   lim.pending_w = [](int r) { return 2 * r; };
   lim.alternate = true;
-  return list_schedule(blank("zb-h2", p, m, 1, false), lim);
+  return list_schedule(empty("zb-h2", p, m, 1, false), lim);
 }
 
 // V-Half and V-Min: V placement with every rank's live activations at most (p + 2) / 2 and
@@ -174,14 +162,14 @@ Schedule v_half(int p, int m) {
   Limits lim;
   lim.live = [p](int) { return 2 * std::max(1, (p + 2) / 2); };
   lim.alternate = true;
-  return list_schedule(blank("v-half", p, m, 2, true), lim);
+  return list_schedule(empty("v-half", p, m, 2, true), lim);
 }
 
 Schedule v_min(int p, int m) {
   Limits lim;
   lim.live = [p](int) { return 2 * std::max(1, (p + 4) / 3); };
   lim.alternate = true;
-  return list_schedule(blank("v-min", p, m, 2, true), lim);
+  return list_schedule(empty("v-min", p, m, 2, true), lim);
 }
 
 namespace {
@@ -227,7 +215,7 @@ Schedule search_schedule(int p, int m, const std::vector<Costs>& costs, int budg
       };
       lim.message_ticks = static_cast<int>(std::lround(costs[0].comm * scale));
       try {
-        seeds.push_back(list_schedule(blank("search", p, m, 1, false), lim));
+        seeds.push_back(list_schedule(empty("search", p, m, 1, false), lim));
       } catch (const std::invalid_argument&) { // these limits leave a rank unable to move
       }
     }

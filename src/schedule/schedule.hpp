@@ -114,6 +114,10 @@ struct Costs; // schedule/validate.hpp
 Schedule search_schedule(int p, int m, const std::vector<Costs>& costs, int budget,
                          int evaluations = 2000);
 
+// A schedule named `name` with p empty rank lists (for the generators). Throws
+// std::invalid_argument unless p, m and v are >= 1.
+Schedule empty(const std::string& name, int p, int m, int v, bool vshape = false);
+
 // Schedules as text (docs/pipeline.md): PyTorch's compute-only CSV, one row per pipeline rank and
 // one compute action a cell, {stage}{F|I|W|B}{micro-batch} (I = BI, W = BW), no messages.
 // to_csv throws std::invalid_argument for 2bw's unrolled lists (they span optimizer steps).
