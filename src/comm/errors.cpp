@@ -32,6 +32,9 @@ void abort_job(ExitCode code) {
     std::this_thread::sleep_for(std::chrono::seconds(10));
     std::_Exit(static_cast<int>(code));
   }).detach();
+  // the launcher forwards what this rank wrote through a pipe; MPI_Abort kills its forwarders, so
+  // give them a moment to pass the message on (MPICH's once lost it: exit 5 without the message)
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   MPI_Abort(MPI_COMM_WORLD, static_cast<int>(code));
   std::_Exit(static_cast<int>(code));
 }

@@ -76,7 +76,8 @@ void print_memory(const RunConfig& cfg, const Plan& plan) {
 
 } // namespace
 
-schedule::Schedule run_schedule(const RunConfig& cfg, const std::vector<double>& stage_cost) {
+schedule::Schedule run_schedule(const RunConfig& cfg, const std::vector<double>& stage_cost,
+                                int search_tries) {
   const ParallelConfig& p = cfg.parallel;
   const bool file = p.schedule == ScheduleKind::file;
   try {
@@ -93,7 +94,7 @@ schedule::Schedule run_schedule(const RunConfig& cfg, const std::vector<double>&
         costs.push_back({c / 3, 2 * c / 3, c / 3, c / 3, 0.0});
       }
       const int budget = std::max(1, static_cast<int>(std::floor(p.search_memory * p.pp)));
-      return schedule::search_schedule(p.pp, p.micro_batches, costs, budget);
+      return schedule::search_schedule(p.pp, p.micro_batches, costs, budget, search_tries);
     }
     return schedule::make_schedule(p.schedule, p.pp, p.micro_batches, p.virtual_stages);
   } catch (const std::invalid_argument& e) {

@@ -35,8 +35,10 @@ struct Plan {
 Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile);
 // The deck's schedule: built, read from its file (parallel.schedule = "file:PATH") or searched
 // for these stage costs (one per pipeline rank; "search"), with its messages. Throws the input
-// error (exit 2) naming the key and the cause where it does not fit.
-schedule::Schedule run_schedule(const RunConfig& cfg, const std::vector<double>& stage_cost);
+// error (exit 2) naming the key and the cause where it does not fit. search_tries: the search's
+// local improvement tries (schedule::search_schedule).
+schedule::Schedule run_schedule(const RunConfig& cfg, const std::vector<double>& stage_cost,
+                                int search_tries = 2000);
 
 // Prints the resolved deck, layout table, partition and plan on rank 0 (--validate too).
 void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan);

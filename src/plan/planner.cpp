@@ -161,11 +161,10 @@ bool evaluate(const std::string& deck_text, const std::string& deck_path,
                    : parameter_costs(m);
   plan.layers = partition_layers(cfg.parallel, m.n_layer,
                                  cfg.parallel.pp * cfg.parallel.virtual_stages, plan.costs);
-  try {
-    plan.schedule =
-        schedule::make_schedule(cfg.parallel.schedule, cfg.parallel.pp, cfg.parallel.micro_batches,
-                                cfg.parallel.virtual_stages);
-  } catch (const std::invalid_argument&) {
+  try { // a named schedule, or (fixed by the caller) "search" for these stage costs, with fewer
+        // improvement tries than a run makes (one search per layout)
+    plan.schedule = run_schedule(cfg, stage_costs(plan.layers, plan.costs), 100);
+  } catch (const Error&) {
     return false;
   }
   const int dp_node = std::max(1, std::min(c.dp, mc.ranks_per_node / c.tp));
