@@ -3,7 +3,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -86,15 +85,14 @@ schedule::Schedule run_schedule(const RunConfig& cfg, const std::vector<double>&
       if (p.virtual_stages != 1) {
         throw std::invalid_argument("search places one chunk per rank: virtual_stages must be 1");
       }
-      // F, BI and BW a third each of a stage's forward and backward
       std::vector<schedule::Costs> costs;
       for (int r = 0; r < p.pp; ++r) {
         const auto i = static_cast<std::size_t>(r);
-        const double c = i < stage_cost.size() ? stage_cost[i] : 1.0;
-        costs.push_back({c / 3, 2 * c / 3, c / 3, c / 3, 0.0});
+        costs.push_back(schedule::split_stage_cost(i < stage_cost.size() ? stage_cost[i] : 1.0));
       }
-      const int budget = std::max(1, static_cast<int>(std::floor(p.search_memory * p.pp)));
-      return schedule::search_schedule(p.pp, p.micro_batches, costs, budget, search_tries);
+      return schedule::search_schedule(p.pp, p.micro_batches, costs,
+                                       schedule::search_budget(p.search_memory, p.pp),
+                                       search_tries);
     }
     return schedule::make_schedule(p.schedule, p.pp, p.micro_batches, p.virtual_stages);
   } catch (const std::invalid_argument& e) {

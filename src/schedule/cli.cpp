@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -31,8 +30,8 @@ std::vector<schedule::Costs> rank_costs(const std::vector<double>& stage_costs, 
   }
   std::vector<schedule::Costs> out;
   for (int r = 0; r < p; ++r) {
-    const double c = stage_costs.empty() ? 3.0 : stage_costs[static_cast<std::size_t>(r)];
-    out.push_back({c / 3, 2 * c / 3, c / 3, c / 3, 0.0});
+    out.push_back(schedule::split_stage_cost(
+        stage_costs.empty() ? 3.0 : stage_costs[static_cast<std::size_t>(r)]));
   }
   return out;
 }
@@ -42,8 +41,7 @@ schedule::Schedule build(const std::string& which, int p, int m, int v,
   if (which == "search") {
     try {
       if (v != 1) throw std::invalid_argument("it places one chunk per rank: virtual_stages 1");
-      return schedule::search_schedule(p, m, costs,
-                                       std::max(1, static_cast<int>(std::floor(memory * p))));
+      return schedule::search_schedule(p, m, costs, schedule::search_budget(memory, p));
     } catch (const std::invalid_argument& e) {
       throw input_error(std::string("schedule \"search\": ") + e.what());
     }

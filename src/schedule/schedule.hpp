@@ -8,6 +8,7 @@
 // the last rank runs stages p-1 and p back to back, with no message between them.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,10 @@ struct Costs; // schedule/validate.hpp
 // fits the budget.
 Schedule search_schedule(int p, int m, const std::vector<Costs>& costs, int budget,
                          int evaluations = 2000);
+// The budget of parallel.search_memory = memory: memory x p micro-batches, at least 1.
+inline int search_budget(double memory, int p) {
+  return std::max(1, static_cast<int>(memory * p));
+}
 
 // A schedule named `name` with p empty rank lists (for the generators). Throws
 // std::invalid_argument unless p, m and v are >= 1.

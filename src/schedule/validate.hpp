@@ -33,6 +33,12 @@ struct Costs {
   double comm = 0.0; // latency of one SEND -> RECV
 };
 
+// A stage whose forward and backward take `c` in all: F, BI and BW a third each (B two thirds),
+// messages free (what schedule search and `pipetrain schedule --stage-costs` assume).
+inline Costs split_stage_cost(double c) {
+  return {c / 3, 2 * c / 3, c / 3, c / 3, 0.0};
+}
+
 // One compute action as the simulator placed it.
 struct Span {
   int rank;
