@@ -181,7 +181,7 @@ bool evaluate(const std::string& deck_text, const std::string& deck_path,
 
 std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::string& deck_path,
                                     const std::vector<std::string>& overrides, int ranks,
-                                    const Machine& mc) {
+                                    const Machine& mc, bool with_search) {
   std::map<std::string, std::string> fixed; // what the command line fixes: key -> value
   std::vector<std::string> model_overrides; // and those that are not layout keys
   for (const std::string& o : overrides) {
@@ -214,9 +214,10 @@ std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::str
     for (int pp : pick_int("parallel.pp", divisors(std::max(1, ranks / tp)))) {
       const int dp = std::max(1, ranks / (tp * pp));
       // one pipeline stage: every schedule is the same work, 1F1B stands for them
-      const std::vector<std::string> schedules =
+      std::vector<std::string> schedules =
           pp > 1 ? std::vector<std::string>{"1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}
                  : std::vector<std::string>{"1f1b"};
+      if (pp > 1 && with_search) schedules.push_back("search");
       for (const std::string& sched : pick("parallel.schedule", schedules)) {
         for (const std::string& mb : pick("train.micro_batch", {"1", "2", "4", "8"})) {
           for (const std::string& rc : pick("train.recompute", {"none", "selective", "full"})) {
@@ -302,7 +303,7 @@ int plan_main(int argc, char** argv) {
   std::vector<std::string> overrides;
   int ranks = 0, per_node = 0;
   std::size_t top = 10;
-  bool json = false;
+  bool json = false, with_search = false;
   app.add_option("deck", deck, "input deck (TOML)")->required();
   app.add_option("overrides", overrides, "section.key=value: fix these keys");
   app.add_option("--ranks", ranks, "ranks of the job")->required()->check(CLI::PositiveNumber);
@@ -311,6 +312,9 @@ int plan_main(int argc, char** argv) {
       ->required();
   app.add_option("--top", top, "rows to print (default 10)");
   app.add_flag("--json", json, "print the rows as a JSON list");
+  app.add_flag("--search", with_search,
+               "rank parallel.schedule=\"search\" beside the named schedules (one search per "
+               "layout: slower)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -323,7 +327,8 @@ int plan_main(int argc, char** argv) {
     if (!in) throw input_error("deck '" + deck + "': cannot be read");
     std::stringstream text;
     text << in.rdbuf();
-    const std::vector<Candidate> c = plan_layouts(text.str(), deck, overrides, ranks, mc);
+    const std::vector<Candidate> c =
+        plan_layouts(text.str(), deck, overrides, ranks, mc, with_search);
     if (c.empty()) {
       throw input_error("no valid layout of this deck on " + std::to_string(ranks) +
                         " ranks (check the overrides, n_head, vocab_size and global_batch)");

@@ -34,10 +34,11 @@ struct Candidate {
 };
 
 // Every valid layout of the deck (with `overrides` fixing keys) on `ranks` ranks, ranked: those
-// that fit first, by predicted step time.
+// that fit first, by predicted step time. `with_search` adds schedule "search" to the schedules
+// tried where pp > 1.
 std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::string& deck_path,
                                     const std::vector<std::string>& overrides, int ranks,
-                                    const Machine& machine);
+                                    const Machine& machine, bool with_search = false);
 
 // `pipetrain plan ...` (argv after "plan"); returns the exit code.
 int plan_main(int argc, char** argv);

@@ -135,11 +135,14 @@ Schedule list_schedule(Schedule s, const Limits& lim) {
 
 } // namespace
 
-// ZB-H1: 1F1B's activation limit (p - r micro-batches between F and BI); weight halves fill
-// what would be 1F1B's bubbles, leaving about (p-1)(T_F + T_B - T_W) idle per rank.
+// ZB-H1: 1F1B's memory, the paper's (p - r) M_B + r M_W: p - r micro-batches between F and BI
+// and at most r weight halves owed; weight halves fill what would be 1F1B's bubbles, leaving
+// (p-1)(T_F + T_B - T_W) idle per rank.
 Schedule zb_h1(int p, int m) {
   Limits lim;
   lim.between_f_bi = [p](int r) { return p - r; };
+  lim.pending_w = [](int r) { return r; };
+  lim.alternate = true;
   return list_schedule(empty("zb-h1", p, m, 1, false), lim);
 }
 

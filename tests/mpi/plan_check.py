@@ -5,6 +5,8 @@
   rows come first and are sorted by predicted step time, the best fits 80 GiB per rank, and the
   table form prints the best row's overrides;
 - fixing parallel.tp=2 parallel.pp=2 on the command line leaves only such rows;
+- --search ranks schedule "search" beside the named ones, never slower than 1F1B or ZB-H1 on the
+  same layout (its budget, 1F1B's memory, admits both);
 - a machine file without a key is refused with exit 2 naming it;
 - every shipped machine file (inputs/machines) plans gpt2-350m on 8 ranks."""
 import json
@@ -46,6 +48,16 @@ fixed = json.loads(plan("parallel.tp=2", "parallel.pp=2", "--ranks", ranks, "--m
                         "--json").stdout)
 if not fixed or any(r["tp"] != 2 or r["pp"] != 2 for r in fixed):
     bad.append("fixed tp 2 x pp 2 gave other layouts")
+searched = json.loads(plan("parallel.pp=4", "train.micro_batch=4", "--ranks", "8", "--machine",
+                           a100, "--json", "--top", "1000", "--search").stdout)
+key = lambda r: tuple(r[k] for k in "dp tp recompute zero sequence_parallel".split())
+found = {key(r): r["step_time_s"] for r in searched if r["schedule"] == "search"}
+named = [r for r in searched if r["schedule"] in ("1f1b", "zb-h1")]
+print(f"--search: {len(found)} search rows of {len(searched)}")
+if not found or any(r["pp"] != 4 for r in searched):
+    bad.append("--search gave no search rows")
+if any(found[key(r)] > r["step_time_s"] * (1 + 1e-9) for r in named if key(r) in found):
+    bad.append("a search row is slower than 1f1b or zb-h1 on the same layout")
 with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
     f.write(open(a100).read().replace("memory_gib", "memory_gb"))
 broken = plan("--ranks", "8", "--machine", f.name)

@@ -70,13 +70,23 @@ std::vector<std::pair<int, int>> zb_peaks(const Schedule& s) {
   return out;
 }
 
-// ZB-H2, V-Half and V-Min validate for p 1..8, m 1..32 and keep the papers' activation bounds on
-// every rank: ZB-H2 (2p - 2r - 1) M_B + 2r M_W (arXiv 2401.10241 section 3), V-Half (p + 2) / 2
-// and V-Min (p + 4) / 3 micro-batches of activations (arXiv 2405.15362; a micro-batch is two
+// ZB-H1, ZB-H2, V-Half and V-Min validate for p 1..8, m 1..32 and keep the papers' activation
+// bounds on every rank: ZB-H2 (2p - 2r - 1) M_B + 2r M_W (arXiv 2401.10241 section 3), V-Half (p +
+// 2) / 2 and V-Min (p + 4) / 3 micro-batches of activations (arXiv 2405.15362; a micro-batch is two
 // chunk activations, the validator's unit in the V placement).
 TEST(Schedule, MemoryBoundedSchedulesKeepThePapersBounds) {
   for (int p = 1; p <= 8; ++p) {
     for (int m = 1; m <= 32; ++m) {
+      // ZB-H1: 1F1B's memory, (p - r) M_B + r M_W (its bubble: BubbleMatchesClosedForms)
+      const Schedule h1 = make_schedule(ScheduleKind::zb_h1, p, m, 1);
+      const Validation vh1 = validate(h1);
+      ASSERT_TRUE(vh1.ok) << "zb-h1 p " << p << " m " << m << ": " << vh1.error;
+      const auto h1_peaks = zb_peaks(h1);
+      for (int r = 0; r < p; ++r) {
+        const auto [b, all] = h1_peaks[static_cast<std::size_t>(r)];
+        EXPECT_LE(b, p - r) << "zb-h1 p " << p << " m " << m << " rank " << r;
+        EXPECT_LE(all, p) << "zb-h1 p " << p << " m " << m << " rank " << r;
+      }
       const Schedule h2 = make_schedule(ScheduleKind::zb_h2, p, m, 1);
       const Validation vh2 = validate(h2);
       ASSERT_TRUE(vh2.ok) << "zb-h2 p " << p << " m " << m << ": " << vh2.error;
