@@ -68,7 +68,8 @@ r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
 if r.returncode != 0:
     sys.exit(f"FAIL: the run exited {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
 if mode == "record":
-    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+    commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(exe)), "rev-parse",
+                             "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     with open(golden, "w") as out, open(metrics) as f:
         out.write(json.dumps({"machine": here_machine, "commit": commit}) + "\n")
