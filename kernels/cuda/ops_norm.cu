@@ -1,6 +1,7 @@
-// Layer norm (layernorm_forward, layernorm_backward_input, layernorm_backward_weight): a warp
-// per row, the weight gradients as column sums over rows. The column sum and the bias broadcast
-// of a Linear (ops_gemm.cu) are here too: the column-sum kernels share one device routine.
+// Layer norm (layernorm_forward, layernorm_backward_input, layernorm_backward_weight) and RMSNorm
+// (rmsnorm_*): a warp per row, the weight gradients as column sums over rows. The column sum and
+// the bias broadcast of a Linear (ops_gemm.cu) are here too: the column-sum kernels share one
+// device routine.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -156,6 +157,50 @@ __global__ void layernorm_backward_weight_k(float* dw, float* db, const float* d
   column_sums(db, N, C, Element{dout, C});
 }
 
+// RMSNorm: one warp per row, as the layer norm
+__global__ void rmsnorm_forward_k(float* out, float* rstd, const float* inp, const float* w,
+                                  float eps, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float* x = inp + static_cast<std::size_t>(row) * C;
+  float ss = 0.0f;
+  for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+  const float r = rsqrtf(warp_sum(ss) / C + eps);
+  float* o = out + static_cast<std::size_t>(row) * C;
+  for (int c = lane; c < C; c += 32) o[c] = x[c] * r * w[c];
+  if (lane == 0) rstd[row] = r;
+}
+
+__global__ void rmsnorm_backward_input_k(float* dinp, const float* dout, const float* inp,
+                                         const float* w, const float* rstd, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const std::size_t off = static_cast<std::size_t>(row) * C;
+  const float *x = inp + off, *d = dout + off;
+  const float r = rstd[row];
+  float gx = 0.0f;
+  for (int c = lane; c < C; c += 32) gx += d[c] * w[c] * x[c];
+  const float k = r * r * warp_sum(gx) / C;
+  float* dx = dinp + off;
+  for (int c = lane; c < C; c += 32) dx[c] += (d[c] * w[c] - x[c] * k) * r;
+}
+
+struct RmsTimesGrad { // dout[r, c] * inp[r, c] * rstd[r]
+  const float *dout, *inp, *rstd;
+  int C;
+  __device__ float operator()(int r, int c) const {
+    const std::size_t i = static_cast<std::size_t>(r) * C + c;
+    return dout[i] * inp[i] * rstd[r];
+  }
+};
+
+__global__ void rmsnorm_backward_weight_k(float* dw, const float* dout, const float* inp,
+                                          const float* rstd, int N, int C) {
+  column_sums(dw, N, C, RmsTimesGrad{dout, inp, rstd, C});
+}
+
 __global__ void column_sum_k(float* acc, const float* x, int N, int C) {
   column_sums(acc, N, C, Element{x, C});
 }
@@ -232,6 +277,32 @@ void layernorm_backward_weight(float* dw, float* db, const float* dout, const fl
   layernorm_backward_weight_k<<<column_grid(N, C), kThreads, 0, g.stream>>>(dw, db, dout, inp, mean,
                                                                             rstd, N, C);
   launched("layernorm_backward_weight");
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, float eps, int N,
+                     int C) {
+  ready();
+  if (N == 0) return;
+  rmsnorm_forward_k<<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(out, rstd, inp, w, eps, N, C);
+  launched("rmsnorm_forward");
+}
+
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w,
+                            const float* rstd, int N, int C) {
+  ready();
+  if (N == 0) return;
+  rmsnorm_backward_input_k<<<warp_rows_blocks(N), kThreads, 0, g.stream>>>(dinp, dout, inp, w, rstd,
+                                                                           N, C);
+  launched("rmsnorm_backward_input");
+}
+
+void rmsnorm_backward_weight(float* dw, const float* dout, const float* inp, const float* rstd,
+                             int N, int C) {
+  ready();
+  if (N == 0) return;
+  rmsnorm_backward_weight_k<<<column_grid(N, C), kThreads, 0, g.stream>>>(dw, dout, inp, rstd, N,
+                                                                          C);
+  launched("rmsnorm_backward_weight");
 }
 
 } // namespace pt::cuda_ops

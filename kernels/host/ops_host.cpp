@@ -10,6 +10,7 @@
 #include "bf16.hpp"
 #include "host/fast_math.hpp"
 #include "host/gemm.hpp"
+#include "host/loops.hpp"
 
 #if defined(PT_BLAS_ONEDNN)
 // threads come from OpenMP (omp_set_num_threads)
@@ -22,37 +23,12 @@ extern "C" void bli_thread_set_num_threads(long);
 namespace pt::ops {
 namespace {
 
-using HostSpace = Kokkos::DefaultHostExecutionSpace;
 using detail::fast_exp;
 using detail::fast_tanh;
 using detail::gemm;
-
-// Runs f(i) for i in [0, n) on the host execution space.
-template <class F> void par_for(const char* name, std::size_t n, const F& f) {
-  Kokkos::parallel_for(name, Kokkos::RangePolicy<HostSpace>(0, n), f);
-}
-
-// Runs f(begin, end) over chunks of [0, n): the inner loop stays a plain loop the compiler can
-// vectorize, whatever the execution space.
-constexpr std::size_t kChunk = 8192;
-template <class F> void par_chunks(const char* name, std::size_t n, const F& f) {
-  const std::size_t chunks = (n + kChunk - 1) / kChunk;
-  par_for(name, chunks, [=](std::size_t c) {
-    const std::size_t begin = c * kChunk;
-    f(begin, std::min(n, begin + kChunk));
-  });
-}
-
-// Column-blocked reduction over rows: f(col_begin, col_end) owns those columns, so threads never
-// write the same gradient entry.
-constexpr int kColBlock = 64;
-template <class F> void par_col_blocks(const char* name, int C, const F& f) {
-  const int blocks = (C + kColBlock - 1) / kColBlock;
-  par_for(name, blocks, [=](std::size_t blk) {
-    const int begin = static_cast<int>(blk) * kColBlock;
-    f(begin, std::min(C, begin + kColBlock));
-  });
-}
+using detail::par_chunks;
+using detail::par_col_blocks;
+using detail::par_for;
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
@@ -358,10 +334,11 @@ void unpack_bf16(float* out, const std::uint16_t* x, std::size_t n) {
 }
 
 double sum_squares(const float* x, std::size_t n) {
+  using detail::kChunk;
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
   double total = 0.0;
   Kokkos::parallel_reduce(
-      "sum_squares", Kokkos::RangePolicy<HostSpace>(0, chunks),
+      "sum_squares", Kokkos::RangePolicy<detail::HostSpace>(0, chunks),
       [=](std::size_t c, double& acc) {
         const std::size_t i1 = std::min(n, (c + 1) * kChunk);
         float part = 0.0f; // one chunk in float, chunks summed in double

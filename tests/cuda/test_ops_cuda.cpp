@@ -138,6 +138,45 @@ void check_flash_attention(int b, int t, int c, int nh) {
               ("flash kernels ran" + tag).c_str(), ran);
 }
 
+// The llama block's ops (RMSNorm, RoPE, SwiGLU) on both backends.
+void check_llama() {
+  const int n = B * T, c = C, f = 2 * C, hd = 16, heads = 3, stride = (heads + 1) * hd;
+  const std::size_t nc = static_cast<std::size_t>(n) * c;
+  const auto inp = random(nc, -2, 2, 40), w = random(c, 0.5, 1.5, 41), dout = random(nc, -1, 1, 42);
+  std::vector<float> out(nc), rstd(n);
+  Dev<float> d_inp(inp), d_w(w), d_dout(dout), d_out(out), d_rstd(rstd);
+  ho::rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), 1e-5f, n, c);
+  co::rmsnorm_forward(d_out.p, d_rstd.p, d_inp.p, d_w.p, 1e-5f, n, c);
+  expect_close("rmsnorm_forward out", d_out.host(), out);
+  expect_close("rmsnorm_forward rstd", d_rstd.host(), rstd);
+  auto dinp = random(nc, -1, 1, 43), dw = random(c, -1, 1, 44);
+  Dev<float> d_dinp(dinp), d_dw(dw);
+  ho::rmsnorm_backward_input(dinp.data(), dout.data(), inp.data(), w.data(), rstd.data(), n, c);
+  co::rmsnorm_backward_input(d_dinp.p, d_dout.p, d_inp.p, d_w.p, d_rstd.p, n, c);
+  expect_close("rmsnorm_backward_input", d_dinp.host(), dinp);
+  ho::rmsnorm_backward_weight(dw.data(), dout.data(), inp.data(), rstd.data(), n, c);
+  co::rmsnorm_backward_weight(d_dw.p, d_dout.p, d_inp.p, d_rstd.p, n, c);
+  expect_close("rmsnorm_backward_weight", d_dw.host(), dw);
+  auto x = random(static_cast<std::size_t>(n) * stride, -1, 1, 45);
+  Dev<float> d_x(x);
+  ho::rope_forward(x.data(), n, T, stride, heads, hd, 10000.0f);
+  co::rope_forward(d_x.p, n, T, stride, heads, hd, 10000.0f);
+  expect_close("rope_forward", d_x.host(), x);
+  ho::rope_backward(x.data(), n, T, stride, heads, hd, 10000.0f);
+  co::rope_backward(d_x.p, n, T, stride, heads, hd, 10000.0f);
+  expect_close("rope_backward", d_x.host(), x);
+  const auto gu = random(static_cast<std::size_t>(n) * 2 * f, -3, 3, 46),
+             dh = random(static_cast<std::size_t>(n) * f, -1, 1, 47);
+  std::vector<float> h(static_cast<std::size_t>(n) * f), dgu(gu.size());
+  Dev<float> d_gu(gu), d_dh(dh), d_h(h), d_dgu(dgu);
+  ho::swiglu_forward(h.data(), gu.data(), n, f);
+  co::swiglu_forward(d_h.p, d_gu.p, n, f);
+  expect_close("swiglu_forward", d_h.host(), h);
+  ho::swiglu_backward(dgu.data(), gu.data(), dh.data(), n, f);
+  co::swiglu_backward(d_dgu.p, d_gu.p, d_dh.p, n, f);
+  expect_close("swiglu_backward", d_dgu.host(), dgu);
+}
+
 void run() {
   std::vector<int32_t> tokens(static_cast<std::size_t>(N)), targets(static_cast<std::size_t>(N));
   std::mt19937 gen(7);
@@ -203,6 +242,7 @@ void run() {
   }
   check_linear("", 1e-4);
   check_attention("", 1e-4, true);
+  check_llama();
   // bf16: bf16 copies of the operands, bf16 probabilities; the tolerance of the bf16 fixture
   // test, 8 eps with eps = 2^-8 (tests/cuda/parity_main.cpp)
   co::set_precision("bf16");

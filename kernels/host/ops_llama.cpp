@@ -1,0 +1,133 @@
+// Host kernels of the llama block (kernels/ops_list.inc): RMSNorm, rotary position embedding and
+// SwiGLU. N = rows (B*T), C = channels, F = MLP width, HD = head dimension.
+#include <cmath>
+#include <vector>
+
+#include "host/loops.hpp"
+#include "ops.hpp"
+
+namespace pt::ops {
+
+using detail::par_col_blocks;
+using detail::par_for;
+
+// ---- RMSNorm ---------------------------------------------------------------------------------
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, float eps, int N,
+                     int C) {
+  par_for("rmsnorm_forward", N, [=](std::size_t n) {
+    const float* x = inp + n * C;
+    float ss = 0.0f;
+    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
+    const float r = 1.0f / std::sqrt(ss / C + eps);
+    float* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = x[c] * r * w[c];
+    rstd[n] = r;
+  });
+}
+
+// y = x r w with r = (mean(x^2) + eps)^(-1/2): dx = r (g - x r^2 mean(g x)), g = dy w
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w,
+                            const float* rstd, int N, int C) {
+  par_for("rmsnorm_backward_input", N, [=](std::size_t n) {
+    const float* x = inp + n * C;
+    const float* d = dout + n * C;
+    const float r = rstd[n];
+    float gx = 0.0f;
+    for (int c = 0; c < C; ++c) gx += d[c] * w[c] * x[c];
+    const float k = r * r * gx / C;
+    float* dx = dinp + n * C;
+    for (int c = 0; c < C; ++c) dx[c] += (d[c] * w[c] - x[c] * k) * r;
+  });
+}
+
+void rmsnorm_backward_weight(float* dw, const float* dout, const float* inp, const float* rstd,
+                             int N, int C) {
+  par_col_blocks("rmsnorm_backward_weight", C, [=](int c0, int c1) {
+    for (int n = 0; n < N; ++n) {
+      const float* x = inp + static_cast<std::size_t>(n) * C;
+      const float* d = dout + static_cast<std::size_t>(n) * C;
+      for (int c = c0; c < c1; ++c) dw[c] += d[c] * x[c] * rstd[n];
+    }
+  });
+}
+
+// ---- rotary position embedding -----------------------------------------------------------------
+
+namespace {
+
+// cos and sin of pos * theta^(-2i/HD) for pos < T, i < HD/2 (index pos * HD/2 + i), computed in
+// double and rounded once
+void rope_table(std::vector<float>& cs, std::vector<float>& sn, int T, int HD, float theta) {
+  const int half = HD / 2;
+  cs.resize(static_cast<std::size_t>(T) * half);
+  sn.resize(cs.size());
+  for (int i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / HD);
+    for (int t = 0; t < T; ++t) {
+      const double a = t * inv_freq;
+      cs[static_cast<std::size_t>(t) * half + i] = static_cast<float>(std::cos(a));
+      sn[static_cast<std::size_t>(t) * half + i] = static_cast<float>(std::sin(a));
+    }
+  }
+}
+
+// sign +1: the rotation; -1: its transpose
+void rope(float* x, int N, int T, int stride, int heads, int HD, float theta, float sign) {
+  std::vector<float> cs, sn;
+  rope_table(cs, sn, T, HD, theta);
+  const float* c = cs.data();
+  const float* s = sn.data();
+  const int half = HD / 2;
+  par_for("rope", N, [=](std::size_t n) {
+    const std::size_t t = n % static_cast<std::size_t>(T);
+    for (int h = 0; h < heads; ++h) {
+      float* v = x + n * stride + static_cast<std::size_t>(h) * HD;
+      for (int i = 0; i < half; ++i) {
+        const float co = c[t * half + i], si = sign * s[t * half + i];
+        const float a = v[i], b = v[i + half];
+        v[i] = a * co - b * si;
+        v[i + half] = b * co + a * si;
+      }
+    }
+  });
+}
+
+} // namespace
+
+void rope_forward(float* x, int N, int T, int stride, int heads, int HD, float theta) {
+  rope(x, N, T, stride, heads, HD, theta, 1.0f);
+}
+
+void rope_backward(float* x, int N, int T, int stride, int heads, int HD, float theta) {
+  rope(x, N, T, stride, heads, HD, theta, -1.0f);
+}
+
+// ---- SwiGLU ----------------------------------------------------------------------------------
+
+void swiglu_forward(float* out, const float* inp, int N, int F) {
+  par_for("swiglu_forward", N, [=](std::size_t n) {
+    const float* g = inp + n * 2 * F;
+    const float* u = g + F;
+    float* o = out + n * F;
+    for (int j = 0; j < F; ++j) o[j] = g[j] * (1.0f / (1.0f + std::exp(-g[j]))) * u[j];
+  });
+}
+
+// d gate = dout u s (1 + g (1 - s)), s = sigmoid(g); d up = dout silu(g)
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+  par_for("swiglu_backward", N, [=](std::size_t n) {
+    const float* g = inp + n * 2 * F;
+    const float* u = g + F;
+    const float* d = dout + n * F;
+    float* dg = dinp + n * 2 * F;
+    float* du = dg + F;
+    for (int j = 0; j < F; ++j) {
+      const float s = 1.0f / (1.0f + std::exp(-g[j]));
+      dg[j] = d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
+      du[j] = d[j] * g[j] * s;
+    }
+  });
+}
+
+} // namespace pt::ops
