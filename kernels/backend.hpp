@@ -24,6 +24,7 @@
   X(layernorm_forward) X(layernorm_backward_input) X(layernorm_backward_weight)               \
   X(rmsnorm_forward) X(rmsnorm_backward_input) X(rmsnorm_backward_weight)                     \
   X(rope_forward) X(rope_backward) X(swiglu_forward) X(swiglu_backward)                       \
+  X(kv_expand) X(kv_reduce)                                                                   \
   X(matmul_forward) X(matmul_backward_input) X(matmul_backward_weight) X(matmul_backward)    \
   X(attention_forward) X(attention_backward)                                                  \
   X(gelu_forward) X(gelu_backward) X(add) X(accumulate) X(zero) X(scale) X(sum_squares)       \

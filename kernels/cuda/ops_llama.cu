@@ -1,5 +1,6 @@
-// The llama block's elementwise kernels (kernels/ops_list.inc): rotary position embedding and
-// SwiGLU. RMSNorm is with the layer norm (ops_norm.cu). N = rows, F = MLP width, HD = head dim.
+// The llama block's elementwise kernels (kernels/ops_list.inc): rotary position embedding,
+// grouped-query attention's key/value heads and SwiGLU. RMSNorm is with the layer norm
+// (ops_norm.cu). N = rows, F = MLP width, HD = head dim.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -55,6 +56,39 @@ __global__ void swiglu_backward_k(float* dinp, const float* inp, const float* do
   }
 }
 
+// one thread per value of the full rows: where it comes from in the packed rows
+__global__ void kv_expand_k(float* full, const float* packed, int N, int NH, int NKV, int HD) {
+  const int group = NH / NKV, in_row = (NH + 2 * NKV) * HD, out_row = 3 * NH * HD;
+  const std::size_t total = static_cast<std::size_t>(N) * out_row;
+  for (std::size_t k = blockIdx.x * blockDim.x + threadIdx.x; k < total;
+       k += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t n = k / out_row;
+    const int c = static_cast<int>(k % out_row), part = c / (NH * HD), h = c % (NH * HD) / HD;
+    const int from = part == 0 ? c : NH * HD + ((part - 1) * NKV + h / group) * HD + c % HD;
+    full[k] = packed[n * in_row + from];
+  }
+}
+
+// one thread per value of the packed rows: the sum of its copies, in order
+__global__ void kv_reduce_k(float* packed, const float* full, int N, int NH, int NKV, int HD) {
+  const int group = NH / NKV, out_row = (NH + 2 * NKV) * HD, in_row = 3 * NH * HD;
+  const std::size_t total = static_cast<std::size_t>(N) * out_row;
+  for (std::size_t k = blockIdx.x * blockDim.x + threadIdx.x; k < total;
+       k += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t n = k / out_row;
+    const int c = static_cast<int>(k % out_row);
+    const float* src = full + n * in_row;
+    if (c < NH * HD) {
+      packed[k] = src[c];
+      continue;
+    }
+    const int kv = (c - NH * HD) / HD, part = 1 + kv / NKV, head = kv % NKV, i = c % HD;
+    float sum = 0.0f;
+    for (int j = 0; j < group; ++j) sum += src[(part * NH + head * group + j) * HD + i];
+    packed[k] = sum;
+  }
+}
+
 void rope(float* x, int N, int T, int stride, int heads, int HD, float theta, float sign,
           const char* what) {
   ready();
@@ -72,6 +106,22 @@ void rope_forward(float* x, int N, int T, int stride, int heads, int HD, float t
 
 void rope_backward(float* x, int N, int T, int stride, int heads, int HD, float theta) {
   rope(x, N, T, stride, heads, HD, theta, -1.0f, "rope_backward");
+}
+
+void kv_expand(float* full, const float* packed, int N, int NH, int NKV, int HD) {
+  ready();
+  const std::size_t n = static_cast<std::size_t>(N) * 3 * NH * HD;
+  if (n == 0) return;
+  kv_expand_k<<<blocks_for(n), kThreads, 0, g.stream>>>(full, packed, N, NH, NKV, HD);
+  launched("kv_expand");
+}
+
+void kv_reduce(float* packed, const float* full, int N, int NH, int NKV, int HD) {
+  ready();
+  const std::size_t n = static_cast<std::size_t>(N) * (NH + 2 * NKV) * HD;
+  if (n == 0) return;
+  kv_reduce_k<<<blocks_for(n), kThreads, 0, g.stream>>>(packed, full, N, NH, NKV, HD);
+  launched("kv_reduce");
 }
 
 void swiglu_forward(float* out, const float* inp, int N, int F) {

@@ -1,5 +1,6 @@
-// Host kernels of the llama block (kernels/ops_list.inc): RMSNorm, rotary position embedding and
-// SwiGLU. N = rows (B*T), C = channels, F = MLP width, HD = head dimension.
+// Host kernels of the llama block (kernels/ops_list.inc): RMSNorm, rotary position embedding,
+// grouped-query attention's key/value heads and SwiGLU. N = rows (B*T), C = channels, F = MLP
+// width, HD = head dimension.
 #include <cmath>
 #include <vector>
 
@@ -101,6 +102,43 @@ void rope_forward(float* x, int N, int T, int stride, int heads, int HD, float t
 
 void rope_backward(float* x, int N, int T, int stride, int heads, int HD, float theta) {
   rope(x, N, T, stride, heads, HD, theta, -1.0f);
+}
+
+// ---- grouped-query attention ------------------------------------------------------------------
+
+void kv_expand(float* full, const float* packed, int N, int NH, int NKV, int HD) {
+  const int group = NH / NKV, in_row = (NH + 2 * NKV) * HD, out_row = 3 * NH * HD;
+  par_for("kv_expand", N, [=](std::size_t n) {
+    const float* src = packed + n * in_row;
+    float* dst = full + n * out_row;
+    for (int i = 0; i < NH * HD; ++i) dst[i] = src[i];
+    for (int part = 1; part <= 2; ++part) { // keys, then values
+      for (int h = 0; h < NH; ++h) {
+        const float* head = src + NH * HD + ((part - 1) * NKV + h / group) * HD;
+        float* out = dst + (part * NH + h) * HD;
+        for (int i = 0; i < HD; ++i) out[i] = head[i];
+      }
+    }
+  });
+}
+
+void kv_reduce(float* packed, const float* full, int N, int NH, int NKV, int HD) {
+  const int group = NH / NKV, out_row = (NH + 2 * NKV) * HD, in_row = 3 * NH * HD;
+  par_for("kv_reduce", N, [=](std::size_t n) {
+    const float* src = full + n * in_row;
+    float* dst = packed + n * out_row;
+    for (int i = 0; i < NH * HD; ++i) dst[i] = src[i];
+    for (int part = 1; part <= 2; ++part) {
+      for (int k = 0; k < NKV; ++k) {
+        float* out = dst + NH * HD + ((part - 1) * NKV + k) * HD;
+        for (int i = 0; i < HD; ++i) {
+          float sum = 0.0f;
+          for (int j = 0; j < group; ++j) sum += src[(part * NH + k * group + j) * HD + i];
+          out[i] = sum;
+        }
+      }
+    }
+  });
 }
 
 // ---- SwiGLU ----------------------------------------------------------------------------------

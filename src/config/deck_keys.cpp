@@ -110,6 +110,17 @@ DeckKey choice(const char* sec, const char* name, S RunConfig::*s, E S::*f,
   return k;
 }
 
+// model.tie_embeddings: left out, true for gpt2 and false for llama (read after model.arch).
+DeckKey tie_embeddings_key() {
+  DeckKey k = make("model", "tie_embeddings", "bool",
+                   {"the head reuses the token embedding; false adds `lm_head/weight`"},
+                   "true (gpt2), false (llama)", "");
+  k.read = [](DeckReader& r, RunConfig& c) {
+    c.model.tie_embeddings = r.get_bool("model", "tie_embeddings", c.model.arch == Arch::gpt2);
+  };
+  return k;
+}
+
 // parallel.partition: a strategy's name, or a list of layer counts per virtual stage.
 DeckKey partition_key() {
   DeckKey k = make("parallel", "partition", "string or list",
@@ -234,6 +245,10 @@ std::vector<DeckKey> make_table() {
   using R = RuntimeConfig;
   const std::int64_t max_i64 = std::numeric_limits<std::int64_t>::max();
   return {
+      choice("model", "arch", &RC::model, &M::arch, {Arch::gpt2, Arch::llama},
+             {"the architecture (docs/models.md): gpt2 (LayerNorm, learned positions, GELU MLP, "
+              "biases) or llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query "
+              "attention, no biases)"}),
       integer("model", "n_layer", &RC::model, &M::n_layer, 1, 4096, {"transformer blocks"}, true),
       integer("model", "n_head", &RC::model, &M::n_head, 1, 4096,
               {"attention heads", "yes", "1..4096, divides d_model"}, true),
@@ -242,8 +257,16 @@ std::vector<DeckKey> make_table() {
               true),
       integer("model", "vocab_size", &RC::model, &M::vocab_size, 2, 65536,
               {"vocabulary size", "yes", "2..65536 (tokens are uint16)"}, true),
-      boolean("model", "tie_embeddings", &RC::model, &M::tie_embeddings,
-              {"the head reuses the token embedding; false adds `lm_head/weight`"}),
+      tie_embeddings_key(),
+      integer("model", "n_kv_head", &RC::model, &M::n_kv_head, 0, 4096,
+              {"llama: key/value heads (grouped-query attention), dividing n_head; 0 = n_head"}),
+      integer("model", "ffn_hidden", &RC::model, &M::ffn_hidden, 0, 1 << 20,
+              {"llama: the SwiGLU MLP's width; 0 = 8 d_model / 3 rounded up to a multiple of "
+               "256"}),
+      number("model", "rope_theta", &RC::model, &M::rope_theta, 0.0, 1e9, true,
+             {"llama: the rotary embedding's base"}),
+      number("model", "norm_eps", &RC::model, &M::norm_eps, 0.0, 1.0, true,
+             {"llama: RMSNorm's epsilon (gpt2's LayerNorm uses 1e-5)"}),
 
       integer("parallel", "pp", &RC::parallel, &P::pp, 1, 65536, {"pipeline ranks"}),
       integer("parallel", "tp", &RC::parallel, &P::tp, 1, 65536,

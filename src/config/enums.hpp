@@ -9,6 +9,7 @@
 
 namespace pt {
 
+enum class Arch { gpt2, llama };           // model.arch (docs/models.md)
 enum class DeviceKind { host, cuda };      // device.kind
 enum class Precision { fp32, tf32, bf16 }; // device.precision
 // How a stage stores its activations and their gradients (docs/precision.md): fp32, or bf16
@@ -110,6 +111,10 @@ constexpr const char* name(PartitionKind p) {
     return "explicit";
   }
   return "?";
+}
+
+constexpr const char* name(Arch a) {
+  return a == Arch::llama ? "llama" : "gpt2";
 }
 
 constexpr const char* name(Recompute r) {

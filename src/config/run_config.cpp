@@ -24,12 +24,38 @@ struct Rules {
   }
 };
 
+// llama's keys: grouped-query heads that divide the heads, an even head size (RoPE turns pairs)
+void check_llama(const ModelConfig& m, const Rules& r) {
+  if (m.arch != Arch::llama) {
+    for (const auto& [key, given] : {std::pair{"n_kv_head", m.n_kv_head != 0},
+                                     std::pair{"ffn_hidden", m.ffn_hidden != 0}}) {
+      if (given) {
+        r.fail("model", key, "is a llama key: set model.arch = \"llama\" or remove it");
+      }
+    }
+    return;
+  }
+  if (m.n_kv_head > m.n_head || m.n_head % kv_heads(m) != 0) {
+    r.fail("model", "n_kv_head",
+           "= " + std::to_string(m.n_kv_head) + " does not divide model.n_head = " +
+               std::to_string(m.n_head) +
+               ": each key/value head serves the same number of query heads");
+  }
+  if (head_dim(m) % 2 != 0) {
+    r.fail("model", "n_head",
+           "= " + std::to_string(m.n_head) + " gives an odd head size, " +
+               std::to_string(head_dim(m)) +
+               ": rotary embeddings turn pairs of channels; pick d_model / n_head even");
+  }
+}
+
 void check_model_train_data(RunConfig& c, const Rules& r) {
   if (c.model.d_model % c.model.n_head != 0) {
     r.fail("model", "n_head",
            "= " + std::to_string(c.model.n_head) + " does not divide model.d_model = " +
                std::to_string(c.model.d_model) + ": choose a head count that divides d_model");
   }
+  check_llama(c.model, r);
   if (c.train.warmup_steps > c.train.steps) {
     c.warnings += "warning: train.warmup_steps = " + std::to_string(c.train.warmup_steps) +
                   " is more than train.steps = " + std::to_string(c.train.steps) +
@@ -108,6 +134,12 @@ void check_tensor_parallel(const RunConfig& c, const Rules& r) {
            "= " + std::to_string(tp) + " does not divide model.n_head = " +
                std::to_string(c.model.n_head) + ": tensor parallelism splits whole heads");
   }
+  if (c.model.arch == Arch::llama && tp > 1) {
+    r.fail("parallel", "tp",
+           "= " + std::to_string(tp) +
+               " with model.arch = \"llama\": llama runs on pp and dp layouts only so far "
+               "(docs/models.md); use parallel.tp = 1");
+  }
 }
 
 // pp * dp * tp against the job, the layers against the stages, the batch against dp.
@@ -185,6 +217,24 @@ void check_schedule(RunConfig& c, const Rules& r) {
 }
 
 } // namespace
+
+int head_dim(const ModelConfig& m) {
+  return m.d_model / m.n_head;
+}
+
+int kv_heads(const ModelConfig& m) {
+  return m.arch == Arch::llama && m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+}
+
+int mlp_width(const ModelConfig& m) {
+  if (m.arch == Arch::gpt2) return 4 * m.d_model;
+  if (m.ffn_hidden > 0) return m.ffn_hidden;
+  return (8 * m.d_model / 3 + 255) / 256 * 256;
+}
+
+int qkv_rows(const ModelConfig& m) {
+  return (m.n_head + 2 * kv_heads(m)) * head_dim(m);
+}
 
 void validate(RunConfig& c, int world_size, const KeySource& where) {
   const Rules r{where};

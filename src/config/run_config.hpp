@@ -14,14 +14,28 @@
 namespace pt {
 
 struct ModelConfig {
+  Arch arch = Arch::gpt2;
   int n_layer = 0;
   int n_head = 0;
   int d_model = 0;
   int seq_len = 0;
   int vocab_size = 0;
-  bool tie_embeddings = true;
+  // llama: key/value heads (grouped-query attention; 0: n_head), the SwiGLU width (0: 8 d_model
+  // / 3 rounded up to a multiple of 256), the rotary base and RMSNorm's epsilon
+  int n_kv_head = 0;
+  int ffn_hidden = 0;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = true; // the deck's default is false for llama
   bool operator==(const ModelConfig&) const = default;
 };
+
+// Derived shapes: the head size; key/value heads (n_head for gpt2); the MLP's hidden width (4
+// d_model for gpt2, llama's SwiGLU width); the rows of the packed qkv projection.
+int head_dim(const ModelConfig& m);
+int kv_heads(const ModelConfig& m);
+int mlp_width(const ModelConfig& m);
+int qkv_rows(const ModelConfig& m);
 
 struct ParallelConfig {
   int pp = 1;

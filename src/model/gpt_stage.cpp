@@ -113,7 +113,9 @@ void GptStage::find_tensors() {
   for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
     const std::string p = layer_prefix(l);
     std::array<std::size_t, 12> o{};
-    for (std::size_t k = 0; k < o.size(); ++k) o[k] = layout_.at(p + kBlock[k]).offset;
+    for (std::size_t k = 0; k < o.size(); ++k) { // llama has no biases: kNone
+      o[k] = layout_.has(p + kBlock[k]) ? layout_.at(p + kBlock[k]).offset : kNone;
+    }
     block_offsets_.push_back(o);
   }
   static const char* const kEdges[5] = {"wte", "wpe", "lnf/weight", "lnf/bias", "lm_head/weight"};
@@ -124,8 +126,8 @@ void GptStage::find_tensors() {
 
 BlockTensors GptStage::block(float* base, int layer) const {
   const auto& o = block_offsets_[static_cast<std::size_t>(layer - spec_.layer_begin)];
-  return {base + o[0], base + o[1], base + o[2], base + o[3], base + o[4],  base + o[5],
-          base + o[6], base + o[7], base + o[8], base + o[9], base + o[10], base + o[11]};
+  auto at = [&](std::size_t k) { return o[k] == kNone ? nullptr : base + o[k]; };
+  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
 }
 
 EdgeTensors GptStage::edges(float* base) const {

@@ -42,6 +42,10 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
   // The tied LM head uses wte, so the last stage holds wte too (its gradient is reduced with
   // the first stage's when they are different ranks).
   if (stage.first || (stage.last && m.tie_embeddings)) add("wte", {V, C}, true, -1, 0);
+  if (m.arch == Arch::llama) {
+    add_llama(m, stage);
+    return;
+  }
   if (stage.first) add("wpe", {m.seq_len, C}, true, -1);
   for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
     const std::string p = layer_prefix(l);
@@ -62,6 +66,26 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
     add("lnf/weight", {C}, false, -1);
     add("lnf/bias", {C}, false, -1);
     if (!m.tie_embeddings) add("lm_head/weight", {V, C}, true, -1, 0);
+  }
+}
+
+// llama (docs/models.md): no positions, no biases; RMSNorm weights; qkv holds the n_head query
+// heads' rows, then the key heads', then the value heads'; fc holds the gate's rows, then the up
+// projection's (SwiGLU).
+void ParamLayout::add_llama(const ModelConfig& m, const StageSpec& stage) {
+  const int C = m.d_model, F = mlp_width(m);
+  for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+    const std::string p = layer_prefix(l);
+    add(p + "ln1/weight", {C}, false, l);
+    add(p + "attn/qkv/weight", {qkv_rows(m), C}, true, l, 0, 3);
+    add(p + "attn/proj/weight", {C, C}, true, l, 1);
+    add(p + "ln2/weight", {C}, false, l);
+    add(p + "mlp/fc/weight", {2 * F, C}, true, l, 0, 2);
+    add(p + "mlp/proj/weight", {C, F}, true, l, 1);
+  }
+  if (stage.last) {
+    add("lnf/weight", {C}, false, -1);
+    if (!m.tie_embeddings) add("lm_head/weight", {m.vocab_size, C}, true, -1, 0);
   }
 }
 
@@ -101,6 +125,13 @@ bool ParamLayout::has(const std::string& name) const {
 std::size_t count_model_params(const ModelConfig& m) {
   const std::size_t C = static_cast<std::size_t>(m.d_model);
   const std::size_t V = static_cast<std::size_t>(m.vocab_size);
+  if (m.arch == Arch::llama) {
+    const std::size_t F = static_cast<std::size_t>(mlp_width(m));
+    const std::size_t per_layer =
+        static_cast<std::size_t>(qkv_rows(m)) * C + C * C + 3 * F * C + 2 * C;
+    return V * C * (m.tie_embeddings ? 1 : 2) + per_layer * static_cast<std::size_t>(m.n_layer) +
+           C;
+  }
   const std::size_t per_layer = 12 * C * C + 13 * C;
   std::size_t n = V * C + static_cast<std::size_t>(m.seq_len) * C +
                   per_layer * static_cast<std::size_t>(m.n_layer) + 2 * C;

@@ -54,6 +54,7 @@ public:
 private:
   void add(std::string name, std::vector<int> global_shape, bool decay, int layer,
            int shard_dim = -1, int parts = 1);
+  void add_llama(const ModelConfig& m, const StageSpec& stage);
 
   int tp_rank_ = 0, tp_ = 1;
   std::vector<ParamTensor> tensors_;

@@ -165,6 +165,17 @@ void check_llama() {
   ho::rope_backward(x.data(), n, T, stride, heads, hd, 10000.0f);
   co::rope_backward(d_x.p, n, T, stride, heads, hd, 10000.0f);
   expect_close("rope_backward", d_x.host(), x);
+  const int nh = 6, nkv = 2; // grouped-query attention: 3 query heads per key/value head
+  const auto kv = random(static_cast<std::size_t>(n) * (nh + 2 * nkv) * hd, -1, 1, 48),
+             dfull = random(static_cast<std::size_t>(n) * 3 * nh * hd, -1, 1, 49);
+  std::vector<float> full(dfull.size()), dkv(kv.size());
+  Dev<float> d_kv(kv), d_dfull(dfull), d_full(full), d_dkv(dkv);
+  ho::kv_expand(full.data(), kv.data(), n, nh, nkv, hd);
+  co::kv_expand(d_full.p, d_kv.p, n, nh, nkv, hd);
+  expect_close("kv_expand", d_full.host(), full);
+  ho::kv_reduce(dkv.data(), dfull.data(), n, nh, nkv, hd);
+  co::kv_reduce(d_dkv.p, d_dfull.p, n, nh, nkv, hd);
+  expect_close("kv_reduce", d_dkv.host(), dkv);
   const auto gu = random(static_cast<std::size_t>(n) * 2 * f, -3, 3, 46),
              dh = random(static_cast<std::size_t>(n) * f, -1, 1, 47);
   std::vector<float> h(static_cast<std::size_t>(n) * f), dgu(gu.size());

@@ -123,6 +123,33 @@ TEST(KernelsLlama, RopeScoresDependOnRelativePosition) {
   EXPECT_GT(std::abs(score(0, 1) - score(0, 0)), 1e-3) << "the rotation changed nothing";
 }
 
+TEST(KernelsLlama, KeyValueHeadsRepeatAndTheirGradientsSum) {
+  // 6 query heads, 2 key/value heads: query heads 0-2 read kv head 0, heads 3-5 kv head 1
+  const int N = 3, NH = 6, NKV = 2, HD = 4, packed_row = (NH + 2 * NKV) * HD,
+            full_row = 3 * NH * HD;
+  const std::vector<float> x = wave(N * packed_row, 0.47, 0.8), y = wave(N * full_row, 0.21, 0.5);
+  std::vector<float> full(N * full_row), back(N * packed_row);
+  ops::kv_expand(full.data(), x.data(), N, NH, NKV, HD);
+  for (int n = 0; n < N; ++n) {
+    for (int part = 0; part < 3; ++part) {
+      for (int h = 0; h < NH; ++h) {
+        const int from = part == 0 ? h : NH + (part - 1) * NKV + h / (NH / NKV);
+        for (int i = 0; i < HD; ++i) {
+          ASSERT_EQ(full[n * full_row + (part * NH + h) * HD + i],
+                    x[n * packed_row + from * HD + i])
+              << "row " << n << " part " << part << " head " << h;
+        }
+      }
+    }
+  }
+  // the reduction is the expansion's transpose: <expand(x), y> = <x, reduce(y)>
+  ops::kv_reduce(back.data(), y.data(), N, NH, NKV, HD);
+  double lhs = 0.0, rhs = 0.0;
+  for (std::size_t i = 0; i < full.size(); ++i) lhs += static_cast<double>(full[i]) * y[i];
+  for (std::size_t i = 0; i < x.size(); ++i) rhs += static_cast<double>(x[i]) * back[i];
+  EXPECT_NEAR(lhs, rhs, 1e-5 * std::abs(lhs));
+}
+
 TEST(KernelsLlama, SwigluForwardAndGradients) {
   const int N = 4, F = 6;
   const std::vector<float> x = wave(N * 2 * F, 0.61, 0.4), r = wave(N * F, 0.33, 0.9);
