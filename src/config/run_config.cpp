@@ -27,8 +27,8 @@ struct Rules {
 // llama's keys: grouped-query heads that divide the heads, an even head size (RoPE turns pairs)
 void check_llama(const ModelConfig& m, const Rules& r) {
   if (m.arch != Arch::llama) {
-    for (const auto& [key, given] : {std::pair{"n_kv_head", m.n_kv_head != 0},
-                                     std::pair{"ffn_hidden", m.ffn_hidden != 0}}) {
+    for (const auto& [key, given] :
+         {std::pair{"n_kv_head", m.n_kv_head != 0}, std::pair{"ffn_hidden", m.ffn_hidden != 0}}) {
       if (given) {
         r.fail("model", key, "is a llama key: set model.arch = \"llama\" or remove it");
       }
@@ -37,8 +37,8 @@ void check_llama(const ModelConfig& m, const Rules& r) {
   }
   if (m.n_kv_head > m.n_head || m.n_head % kv_heads(m) != 0) {
     r.fail("model", "n_kv_head",
-           "= " + std::to_string(m.n_kv_head) + " does not divide model.n_head = " +
-               std::to_string(m.n_head) +
+           "= " + std::to_string(m.n_kv_head) +
+               " does not divide model.n_head = " + std::to_string(m.n_head) +
                ": each key/value head serves the same number of query heads");
   }
   if (head_dim(m) % 2 != 0) {

@@ -20,13 +20,13 @@ namespace pt {
 // and out but in the stage's last block) are kept packed, two bf16 values a float, and widened
 // into the stage's working copy while their block runs (GptStage::view).
 struct BlockActivations {
-  FloatBuffer ln1, ln1_mean, ln1_rstd; // (R,C), (R), (R)
-  FloatBuffer qkv;                     // (N,3Ct)
+  FloatBuffer ln1, ln1_mean, ln1_rstd; // (R,C), (R), (R); llama's RMSNorm: no mean
+  FloatBuffer qkv;                     // (N,QKV)
   FloatBuffer att;                     // (B,NH,T,T) probabilities, local heads; GPU: less
   FloatBuffer atty;                    // (N,Ct) attention output before proj
   FloatBuffer res2;                    // (R,C) x + attention branch
   FloatBuffer ln2, ln2_mean, ln2_rstd; // (R,C), (R), (R)
-  FloatBuffer fch, fch_gelu;           // (N,F)
+  FloatBuffer fch, fch_gelu;           // (N,FI), (N,F): GELU's (llama: SwiGLU's) input, output
   FloatBuffer out;                     // (R,C) block output = res2 + MLP branch
 };
 
@@ -53,10 +53,10 @@ struct StageActivations {
 // Gradients a block's backward-input leaves for its backward-weight.
 struct BlockStash {
   const float* dout = nullptr; // (R,C) gradient of the block output (owned elsewhere)
-  FloatBuffer d_fch;           // (N,F) gradient before GELU
+  FloatBuffer d_fch;           // (N,FI) gradient before GELU (llama: SwiGLU)
   FloatBuffer d_ln2;           // (R,C)
   FloatBuffer d_res2;          // (R,C)
-  FloatBuffer d_qkv;           // (N,3Ct)
+  FloatBuffer d_qkv;           // (N,QKV)
   FloatBuffer d_ln1;           // (R,C)
   FloatBuffer dx;              // (R,C) gradient of the block input
   FloatBuffer g_dout, g_res2;  // (N,C) sequence parallel: dout and d_res2 gathered over tp
@@ -70,22 +70,28 @@ struct StageStash {
   FloatBuffer d_input;  // (R,C) gradient of the stage input
 };
 
-// A stage's shapes (this tp rank's), in elements; att: the floats one block keeps of attention
+// A stage's shapes (this tp rank's), in elements; QKV: the qkv projection's width (3Ct; llama:
+// the query heads' and the key and value heads' HD each); F: the MLP's hidden width and FI its
+// first product's (gpt2: F; llama: 2F, gate and up); stats: the floats a norm keeps per row
+// besides rstd (LayerNorm's mean; RMSNorm none); att: the floats one block keeps of attention
 // (the backend's attention_floats: the probabilities on the host, less with flash attention).
 // packed: the bf16 activation format, whose bf16 tensors are kept two to a float; att16: att
 // holds the attention probabilities (B*NH*T*T, the host's attention; not a GPU's flash
 // statistics), which it then keeps in bf16 too.
 struct StageShapes {
-  std::size_t B, T, C, Ct, NH, F, V, N, R, att;
+  std::size_t B, T, C, Ct, NH, QKV, F, FI, V, N, R, stats, att;
   bool sp, packed, att16;
   StageShapes(const ModelConfig& m, int micro_batch, int tp, bool sequence_parallel,
               std::size_t attention_floats, ActFormat format = ActFormat::fp32)
       : B(static_cast<std::size_t>(micro_batch)), T(static_cast<std::size_t>(m.seq_len)),
         C(static_cast<std::size_t>(m.d_model)), Ct(C / static_cast<std::size_t>(tp)),
-        NH(static_cast<std::size_t>(m.n_head / tp)), F(4 * Ct),
+        NH(static_cast<std::size_t>(m.n_head / tp)),
+        QKV(static_cast<std::size_t>(qkv_rows(m) / tp)),
+        F(static_cast<std::size_t>(mlp_width(m) / tp)), FI(m.arch == Arch::llama ? 2 * F : F),
         V(static_cast<std::size_t>(m.vocab_size / tp)), N(B * T),
         R(sequence_parallel && tp > 1 ? N / static_cast<std::size_t>(tp) : N),
-        att(attention_floats), sp(sequence_parallel && tp > 1), packed(format == ActFormat::bf16),
+        stats(m.arch == Arch::llama ? 0 : R), att(attention_floats),
+        sp(sequence_parallel && tp > 1), packed(format == ActFormat::bf16),
         att16(packed && att == B * NH * T * T) {}
   // floats that hold n values kept in the format: n, or n bf16 values two to a float
   std::size_t kept(std::size_t n) const { return packed ? (n + 1) / 2 : n; }
@@ -102,18 +108,18 @@ void block_activation_buffers(BlockActivations& k, const StageShapes& s, Recompu
     return;
   }
   f(k.ln1, s.kept(s.R * s.C));
-  f(k.ln1_mean, s.R);
+  f(k.ln1_mean, s.stats);
   f(k.ln1_rstd, s.R);
-  f(k.qkv, s.kept(s.N * 3 * s.Ct));
+  f(k.qkv, s.kept(s.N * s.QKV));
   if (rc != Recompute::selective) { // selective: recomputed in the backward
     f(k.att, s.att16 ? s.kept(s.att) : s.att);
   }
   f(k.atty, s.kept(s.N * s.Ct));
   f(k.res2, s.R * s.C); // x + attention branch: an fp32 sum
   f(k.ln2, s.kept(s.R * s.C));
-  f(k.ln2_mean, s.R);
+  f(k.ln2_mean, s.stats);
   f(k.ln2_rstd, s.R);
-  f(k.fch, s.kept(s.N * s.F));
+  f(k.fch, s.kept(s.N * s.FI));
   f(k.fch_gelu, s.kept(s.N * s.F));
   f(k.out, out);
 }
@@ -131,7 +137,7 @@ void stage_activation_buffers(StageActivations& a, const StageShapes& s, const S
   }
   if (spec.last) {
     f(a.lnf, s.R * s.C);
-    f(a.lnf_mean, s.R);
+    f(a.lnf_mean, s.stats);
     f(a.lnf_rstd, s.R);
     f(a.probs, s.N * s.V);
     f(a.losses, s.N);
@@ -146,10 +152,10 @@ void stage_stash_buffers(StageStash& st, const StageShapes& s, const StageSpec& 
   for (std::size_t l = 0; l < blocks; ++l) {
     st.blocks.emplace_back();
     BlockStash& b = st.blocks.back();
-    f(b.d_fch, s.N * s.F);
+    f(b.d_fch, s.N * s.FI);
     f(b.d_ln2, s.R * s.C);
     f(b.d_res2, s.R * s.C);
-    f(b.d_qkv, s.N * 3 * s.Ct);
+    f(b.d_qkv, s.N * s.QKV);
     f(b.d_ln1, s.R * s.C);
     f(b.dx, s.R * s.C);
     if (s.sp) {

@@ -29,15 +29,22 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
                    const Backend& backend, Recompute recompute, ActFormat format)
     : model_(model), spec_(stage), tp_(tp), be_(backend), mem_{backend.alloc, backend.release},
       B_(micro_batch), T_(model.seq_len), C_(model.d_model), Ct_(model.d_model / tp.size),
-      NH_(model.n_head / tp.size), F_(4 * model.d_model / tp.size), V_(model.vocab_size / tp.size),
+      NH_(model.n_head / tp.size), F_(mlp_width(model) / tp.size), V_(model.vocab_size / tp.size),
       v0_(tp.rank * (model.vocab_size / tp.size)), N_(micro_batch * model.seq_len),
-      R_(tp.sequence_parallel ? N_ / tp.size : N_), sp_(tp.sequence_parallel && tp.size > 1),
-      layout_(model, stage, tp.rank, tp.size), params_(layout_.total(), mem_),
-      grads_(layout_.total(), mem_), d_fch_gelu_(static_cast<std::size_t>(N_) * F_, mem_),
+      R_(tp.sequence_parallel ? N_ / tp.size : N_), QKV_(qkv_rows(model) / tp.size),
+      FI_(model.arch == Arch::llama ? 2 * F_ : F_), NKV_(kv_heads(model) / tp.size),
+      HD_(head_dim(model)), sp_(tp.sequence_parallel && tp.size > 1),
+      llama_(model.arch == Arch::llama), layout_(model, stage, tp.rank, tp.size),
+      params_(layout_.total(), mem_), grads_(layout_.total(), mem_),
+      d_fch_gelu_(static_cast<std::size_t>(N_) * F_, mem_),
       d_atty_(static_cast<std::size_t>(N_) * Ct_, mem_),
       att_scratch_(static_cast<std::size_t>(T_) * T_, mem_), recompute_(recompute),
       format_(format) {
   find_tensors();
+  if (NKV_ != NH_) {
+    qkv_full_ = FloatBuffer(static_cast<std::size_t>(N_) * 3 * Ct_, mem_);
+    d_qkv_full_ = FloatBuffer(qkv_full_.size(), mem_);
+  }
   if (recompute_ == Recompute::selective) {
     att_work_ = FloatBuffer(be_.attention_floats(B_, T_, Ct_, NH_), mem_);
   }
@@ -293,12 +300,13 @@ void GptStage::block_forward(int i, const float* x, const BlockView& a) {
   // row-parallel layers: one tp rank adds the (replicated) bias, the all-reduce (or the
   // reduce-scatter) adds the rest; norms and residual on this rank's R rows
   const bool bias_here = tp_.rank == 0;
-  be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, R, C);
+  norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b);
   stored(a.ln1, RC);
-  be_.matmul_forward(a.qkv, whole_rows(a.ln1), w.qkv_w, w.qkv_b, N, C, 3 * Ct);
-  stored(a.qkv, static_cast<std::size_t>(N) * 3 * Ct);
+  be_.matmul_forward(a.qkv, whole_rows(a.ln1), w.qkv_w, w.qkv_b, N, C, QKV_);
+  position_qkv(a.qkv);
+  stored(a.qkv, static_cast<std::size_t>(N) * QKV_);
   float* att = a.att != nullptr ? a.att : att_work_.data(); // selective: not kept
-  be_.attention_forward(a.atty, att, a.qkv, B_, T_, Ct, NH_);
+  be_.attention_forward(a.atty, att, attention_qkv(a.qkv), B_, T_, Ct, NH_);
   stored(a.atty, static_cast<std::size_t>(N) * Ct);
   if (att16_) stored(att, work_.att.size()); // the probabilities the backward reads
   be_.matmul_forward(partial_for(a.res2), a.atty, w.proj_w, bias_here ? w.proj_b : nullptr, N, Ct,
@@ -306,11 +314,11 @@ void GptStage::block_forward(int i, const float* x, const BlockView& a) {
   reduce_partial(a.res2);
   stored(a.res2, RC); // the attention branch's output; the residual sum below stays fp32
   be_.accumulate(a.res2, x, RC);
-  be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, R, C);
+  norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b);
   stored(a.ln2, RC);
-  be_.matmul_forward(a.fch, whole_rows(a.ln2), w.fc_w, w.fc_b, N, C, F);
-  stored(a.fch, static_cast<std::size_t>(N) * F);
-  be_.gelu_forward(a.fch_gelu, a.fch, static_cast<std::size_t>(N) * F);
+  be_.matmul_forward(a.fch, whole_rows(a.ln2), w.fc_w, w.fc_b, N, C, FI_);
+  stored(a.fch, static_cast<std::size_t>(N) * FI_);
+  mlp_activation(a.fch_gelu, a.fch);
   stored(a.fch_gelu, static_cast<std::size_t>(N) * F);
   be_.matmul_forward(partial_for(a.out), a.fch_gelu, w.fcp_w, bias_here ? w.fcp_b : nullptr, N, F,
                      C);
@@ -341,8 +349,7 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
     return 0.0f;
   }
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
-  be_.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b, R_,
-                        C_);
+  norm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b);
   stored(a.lnf);
   be_.matmul_forward(a.probs.data(), whole_rows(a.lnf.data()), e.lm_head, nullptr, N_, C_, V_);
   stored(a.probs); // the logits; the loss is computed in fp32 from them
@@ -409,56 +416,55 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
   linear_backward(d_fch_gelu_.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
                   a.fch_gelu);
   stored(d_fch_gelu_);
-  be_.gelu_backward(s.d_fch.data(), a.fch, d_fch_gelu_.data(), d_fch_gelu_.size());
+  mlp_activation_backward(s.d_fch.data(), a.fch, d_fch_gelu_.data());
   stored(s.d_fch);
   // column-parallel fc: sum the input gradient's shares
-  linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, F, wg ? g.fc_w : nullptr,
-                  g.fc_b, wg ? whole_rows(a.ln2) : nullptr);
+  linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, FI_,
+                  wg ? g.fc_w : nullptr, g.fc_b, wg ? whole_rows(a.ln2) : nullptr);
   reduce_partial(s.d_ln2.data());
   stored(s.d_ln2);
   copy_floats(s.d_res2.data(), dout, RC); // residual path
-  be_.layernorm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2, w.ln2_w, a.ln2_mean,
-                               a.ln2_rstd, R, C);
+  norm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd);
   // attention branch; selective: the probabilities again (d_atty_ holds the unused output)
   float* att = a.att != nullptr ? a.att : att_work_.data();
+  const float* qkv = attention_qkv(a.qkv);
   if (a.att == nullptr) {
-    be_.attention_forward(d_atty_.data(), att, a.qkv, B_, T_, Ct, NH_);
+    be_.attention_forward(d_atty_.data(), att, qkv, B_, T_, Ct, NH_);
     if (att16_) stored(att, work_.att.size()); // as the forward stored them
   }
   linear_backward(d_atty_.data(), gather_into(s.g_res2, s.d_res2.data()), w.proj_w, Ct, C,
                   wg ? g.proj_w : nullptr, g.proj_b, a.atty);
   stored(d_atty_);
-  be_.attention_backward(s.d_qkv.data(), att_scratch_.data(), d_atty_.data(), a.qkv, att, B_, T_,
-                         Ct, NH_);
+  be_.attention_backward(attention_dqkv(s.d_qkv.data()), att_scratch_.data(), d_atty_.data(), qkv,
+                         att, B_, T_, Ct, NH_);
+  finish_dqkv(s.d_qkv.data());
   stored(s.d_qkv);
   // column-parallel qkv
-  linear_backward(partial_for(s.d_ln1.data()), s.d_qkv.data(), w.qkv_w, C, 3 * Ct,
+  linear_backward(partial_for(s.d_ln1.data()), s.d_qkv.data(), w.qkv_w, C, QKV_,
                   wg ? g.qkv_w : nullptr, g.qkv_b, wg ? whole_rows(a.ln1) : nullptr);
   reduce_partial(s.d_ln1.data());
   stored(s.d_ln1);
   copy_floats(s.dx.data(), s.d_res2.data(), RC); // residual path
-  be_.layernorm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean, a.ln1_rstd, R,
-                               C);
+  norm_backward_input(s.dx.data(), s.d_ln1.data(), x, w.ln1_w, a.ln1_mean, a.ln1_rstd);
   stored(s.dx); // the gradient of the block's input: stored between blocks
 }
 
 void GptStage::block_backward_weight(int i, const float* x, const BlockView& a, const BlockStash& s,
                                      bool linears) {
   const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
-  const int N = N_, R = R_, C = C_, Ct = Ct_, F = F_;
+  const int N = N_, C = C_, Ct = Ct_, F = F_;
   // with sp: the gathered output gradients; the norms' inputs gathered again (not kept); the
   // norms' gradients from this rank's rows (sum_sequence_parallel_grads adds the rest)
   if (linears) {
     be_.matmul_backward_weight(g.fcp_w, g.fcp_b, sp_ ? s.g_dout.data() : s.dout, a.fch_gelu, N, F,
                                C);
-    be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), whole_rows(a.ln2), N, C, F);
+    be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), whole_rows(a.ln2), N, C, FI_);
     be_.matmul_backward_weight(g.proj_w, g.proj_b, sp_ ? s.g_res2.data() : s.d_res2.data(), a.atty,
                                N, Ct, C);
-    be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), whole_rows(a.ln1), N, C, 3 * Ct);
+    be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), whole_rows(a.ln1), N, C, QKV_);
   }
-  be_.layernorm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2, a.ln2_mean, a.ln2_rstd, R,
-                                C);
-  be_.layernorm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean, a.ln1_rstd, R, C);
+  norm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2, a.ln2_mean, a.ln2_rstd);
+  norm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean, a.ln1_rstd);
 }
 
 void GptStage::head_backward_input(StageActivations& a, float loss_scale, float* d_lnf, float* dx,
@@ -481,7 +487,7 @@ void GptStage::head_backward_input(StageActivations& a, float loss_scale, float*
   stored(d_lnf, static_cast<std::size_t>(R_) * C_);
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   be_.zero(dx, static_cast<std::size_t>(R_) * C_);
-  be_.layernorm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data(), R_, C_);
+  norm_backward_input(dx, d_lnf, x, e.lnf_w, a.lnf_mean.data(), a.lnf_rstd.data());
   stored(dx, static_cast<std::size_t>(R_) * C_);
 }
 
@@ -496,8 +502,7 @@ void GptStage::head_backward_weight(StageActivations& a, const float* d_lnf, boo
                                whole_rows(a.lnf.data()), N_, C_, V_);
   }
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
-  be_.layernorm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data(),
-                                R_, C_);
+  norm_backward_weight(g.lnf_w, g.lnf_b, d_lnf, x, a.lnf_mean.data(), a.lnf_rstd.data());
 }
 
 void GptStage::prepare_backward() {

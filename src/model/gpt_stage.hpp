@@ -190,6 +190,25 @@ private:
   // The whole rows of the residual-stream gradient x: x itself, or (sp) gathered into `whole`.
   const float* gather_into(FloatBuffer& whole, const float* x) const;
   void copy_floats(float* dst, const float* src, std::size_t n) const;
+  // Where gpt2 and llama differ (gpt_stage_arch.cpp). The norms on R rows of C: LayerNorm with
+  // its mean and bias, or llama's RMSNorm (mean and b unused, db not written).
+  void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* w,
+                    const float* b) const;
+  void norm_backward_input(float* dx, const float* d, const float* x, const float* w,
+                           const float* mean, const float* rstd) const;
+  void norm_backward_weight(float* dw, float* db, const float* d, const float* x, const float* mean,
+                            const float* rstd) const;
+  // qkv (N,QKV) after its product: llama turns the query and key heads by position (RoPE)
+  void position_qkv(float* qkv) const;
+  // The (N,3Ct) rows the attention reads: qkv, or (grouped-query) qkv_full_, the key and value
+  // heads repeated; attention_dqkv: where the attention's backward writes the gradient of those
+  // rows, which finish_dqkv turns into d_qkv's (N,QKV): summed over the repeats, turned back.
+  const float* attention_qkv(const float* qkv);
+  float* attention_dqkv(float* d_qkv);
+  void finish_dqkv(float* d_qkv);
+  // The MLP's activation, fch (N,FI) into h (N,F): GELU, or llama's SwiGLU; and its backward.
+  void mlp_activation(float* h, const float* fch) const;
+  void mlp_activation_backward(float* d_fch, const float* fch, const float* dh) const;
   void layer_done(int layer) const; // runs the weight-gradient hook
   // x (n) as the activation format stores it: rounded to bfloat16 at bf16, untouched at fp32
   void stored(float* x, std::size_t n) const;
@@ -201,10 +220,11 @@ private:
   TpGroup tp_;
   const Backend& be_;
   Memory mem_; // be_'s allocator, for the buffers below and the activations
-  // C = d_model, Ct = C/tp attention channels here, NH = heads here, F = 4C/tp MLP width here,
-  // V = vocabulary rows here (V_total/tp), v0 = first of them
-  int B_, T_, C_, Ct_, NH_, F_, V_, v0_, N_, R_;
-  bool sp_;
+  // C = d_model, Ct = C/tp attention channels here, NH = heads here, F = MLP width here (4C/tp;
+  // llama: ffn_hidden/tp), V = vocabulary rows here (V_total/tp), v0 = first of them; QKV and FI
+  // the widths of the qkv and first MLP products, NKV the key/value heads, HD the head size
+  int B_, T_, C_, Ct_, NH_, F_, V_, v0_, N_, R_, QKV_, FI_, NKV_, HD_;
+  bool sp_, llama_;
   ParamLayout layout_;
   FloatBuffer params_;
   FloatBuffer grads_;
@@ -212,6 +232,7 @@ private:
   // scratch shared by all micro-batches (single-threaded use)
   FloatBuffer d_fch_gelu_;                  // (N,F)
   FloatBuffer d_atty_;                      // (N,Ct)
+  FloatBuffer qkv_full_, d_qkv_full_;       // (N,3Ct) grouped-query attention's whole heads
   FloatBuffer ce_max_, ce_sum_, ce_target_; // (N) vocabulary-parallel cross-entropy
   FloatBuffer att_scratch_;                 // (T,T)
   mutable FloatBuffer gath_, part_;         // (N,C) sequence parallel: gathered rows, partial sums

@@ -129,8 +129,7 @@ std::size_t count_model_params(const ModelConfig& m) {
     const std::size_t F = static_cast<std::size_t>(mlp_width(m));
     const std::size_t per_layer =
         static_cast<std::size_t>(qkv_rows(m)) * C + C * C + 3 * F * C + 2 * C;
-    return V * C * (m.tie_embeddings ? 1 : 2) + per_layer * static_cast<std::size_t>(m.n_layer) +
-           C;
+    return V * C * (m.tie_embeddings ? 1 : 2) + per_layer * static_cast<std::size_t>(m.n_layer) + C;
   }
   const std::size_t per_layer = 12 * C * C + 13 * C;
   std::size_t n = V * C + static_cast<std::size_t>(m.seq_len) * C +
