@@ -42,6 +42,10 @@ public:
     return out;
   }
 
+  bool has_attr(const std::string& object, const std::string& name) const {
+    return H5Aexists_by_name(id_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0;
+  }
+
   double attr(const std::string& object, const std::string& name) const {
     double v = 0.0;
     if (H5Aread_by_name_double(object, name, v) < 0) {

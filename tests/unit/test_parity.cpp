@@ -1,5 +1,6 @@
 // pipetrain vs the PyTorch reference (tools/reference/gpt_reference.py, float64): logits, loss,
-// every parameter gradient, and ten AdamW steps, for a tied and an untied model. The same tests
+// every parameter gradient, and ten AdamW steps, for a tied and an untied GPT-2 and two llama
+// models (grouped-query and untied; multi-head and tied). The same tests
 // run on the host backend here (pt_unit_tests) and on the CUDA backend in fp32 and bf16
 // (tests/cuda/parity_main.cpp supplies parity_target()).
 #include <gtest/gtest.h>
@@ -56,6 +57,13 @@ protected:
     c_.model.seq_len = static_cast<int>(a("seq_len"));
     c_.model.vocab_size = static_cast<int>(a("vocab_size"));
     c_.model.tie_embeddings = a("tie_embeddings") != 0.0;
+    if (file_.has_attr(group_, "llama")) { // the llama groups
+      c_.model.arch = Arch::llama;
+      c_.model.n_kv_head = static_cast<int>(a("n_kv_head"));
+      c_.model.ffn_hidden = static_cast<int>(a("ffn_hidden"));
+      c_.model.rope_theta = a("rope_theta");
+      c_.model.norm_eps = a("norm_eps");
+    }
     c_.B = static_cast<int>(a("batch"));
     c_.train.steps = static_cast<int>(a("steps"));
     c_.train.lr = a("lr");
@@ -264,7 +272,8 @@ TEST_P(Parity, TenTwoBwSteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Parity, ::testing::Values("tied", "untied"));
+INSTANTIATE_TEST_SUITE_P(Models, Parity,
+                         ::testing::Values("tied", "untied", "llama_gqa", "llama_tied"));
 
 } // namespace
 } // namespace pt

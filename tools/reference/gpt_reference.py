@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""PyTorch reference of pipetrain's GPT (docs/design.md section 5) and the parity fixture writer.
+"""PyTorch reference of pipetrain's GPT (docs/design.md section 5) and llama (docs/models.md), and
+the parity fixture writer.
 
 Writes tests/data/gpt_parity.h5, which tests/unit/test_parity.cpp checks pipetrain against:
-for a tied and an untied model, the float32 weights, one batch, its logits, mean loss and
+for a tied and an untied GPT-2 and two llama models (untied with grouped-query attention, tied
+without), the float32 weights, one batch, its logits, mean loss and
 every parameter gradient, and ten AdamW steps (batches, learning rates, grad norms, losses)
 with warmup + cosine LR, global grad-norm clipping and decoupled weight decay; and the same ten
 steps under PipeDream-2BW's delayed update (docs/design.md section 6): step t's gradient is taken at
@@ -24,11 +26,20 @@ import torch
 import torch.nn.functional as F
 
 CONFIG = dict(n_layer=2, n_head=4, d_model=32, seq_len=16, vocab_size=64, batch=4)
+# llama: 2 key/value heads for 4 query heads (grouped-query), or 4 (plain multi-head)
+LLAMA = dict(CONFIG, llama=1, n_kv_head=2, ffn_hidden=48, rope_theta=500.0, norm_eps=1e-5)
 TRAIN = dict(steps=10, lr=3e-3, min_lr=3e-4, warmup_steps=3, weight_decay=0.1, grad_clip=0.5,
              beta1=0.9, beta2=0.95, eps=1e-8)
 
 
 def param_names(cfg, tied):
+    if cfg.get("llama"):
+        names = ["wte"]
+        for layer in range(cfg["n_layer"]):
+            p = f"h/{layer:03d}/"
+            names += [p + n for n in ("ln1/weight", "attn/qkv/weight", "attn/proj/weight",
+                                      "ln2/weight", "mlp/fc/weight", "mlp/proj/weight")]
+        return names + ["lnf/weight"] + ([] if tied else ["lm_head/weight"])
     names = ["wte", "wpe"]
     for layer in range(cfg["n_layer"]):
         p = f"h/{layer:03d}/"
@@ -44,6 +55,14 @@ def param_names(cfg, tied):
 
 def shape_of(name, cfg):
     C, V, T = cfg["d_model"], cfg["vocab_size"], cfg["seq_len"]
+    if cfg.get("llama"):
+        HD, Fh = C // cfg["n_head"], cfg["ffn_hidden"]
+        rows = {"attn/qkv/weight": (cfg["n_head"] + 2 * cfg["n_kv_head"]) * HD,
+                "mlp/fc/weight": 2 * Fh, "mlp/proj/weight": C}
+        cols = {"mlp/proj/weight": Fh}
+        for key in rows:
+            if name.endswith(key):
+                return (rows[key], cols.get(key, C))
     table = {"wte": (V, C), "wpe": (T, C), "lm_head/weight": (V, C),
              "attn/qkv/weight": (3 * C, C), "attn/qkv/bias": (3 * C,),
              "attn/proj/weight": (C, C), "attn/proj/bias": (C,),
@@ -73,9 +92,54 @@ def init_params(cfg, tied, gen):
     return params
 
 
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotary(x, theta):
+    """Hugging Face's rotary embedding of x (B, heads, T, HD): the halves of each head turned by
+    position * theta^(-2i/HD)."""
+    T, HD = x.shape[-2], x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    cos = torch.cat([angle.cos(), angle.cos()], dim=-1).to(x.dtype)
+    sin = torch.cat([angle.sin(), angle.sin()], dim=-1).to(x.dtype)
+    rotate_half = torch.cat([-x[..., HD // 2:], x[..., :HD // 2]], dim=-1)
+    return x * cos + rotate_half * sin
+
+
+def llama_blocks(p, cfg, x):
+    B, T, C = x.shape
+    NH, NKV, eps = cfg["n_head"], cfg["n_kv_head"], cfg["norm_eps"]
+    HD = C // NH
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for layer in range(cfg["n_layer"]):
+        q = f"h/{layer:03d}/"
+        h = rms_norm(x, p[q + "ln1/weight"], eps)
+        qq, kk, vv = F.linear(h, p[q + "attn/qkv/weight"]).split([NH * HD, NKV * HD, NKV * HD], 2)
+        qq = rotary(qq.view(B, T, NH, HD).transpose(1, 2), cfg["rope_theta"])
+        kk = rotary(kk.view(B, T, NKV, HD).transpose(1, 2), cfg["rope_theta"])
+        vv = vv.view(B, T, NKV, HD).transpose(1, 2)
+        kk, vv = kk.repeat_interleave(NH // NKV, dim=1), vv.repeat_interleave(NH // NKV, dim=1)
+        att = (qq @ kk.transpose(-2, -1)) / math.sqrt(HD)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ vv).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, p[q + "attn/proj/weight"])
+        gate, up = F.linear(rms_norm(x, p[q + "ln2/weight"], eps), p[q + "mlp/fc/weight"]).split(
+            cfg["ffn_hidden"], dim=2)
+        x = x + F.linear(F.silu(gate) * up, p[q + "mlp/proj/weight"])
+    return rms_norm(x, p["lnf/weight"], eps)
+
+
 def forward(p, cfg, tied, idx, targets):
     """Mean cross-entropy and logits. p: name -> float64 tensor with requires_grad."""
     B, T = idx.shape
+    if cfg.get("llama"):
+        x = llama_blocks(p, cfg, p["wte"][idx])
+        logits = F.linear(x, p["wte"] if tied else p["lm_head/weight"])
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        loss = F.cross_entropy(wide.reshape(-1, wide.size(-1)), targets.reshape(-1))
+        return loss, logits
     C, NH, L = cfg["d_model"], cfg["n_head"], cfg["n_layer"]
     HS = C // NH
     x = p["wte"][idx] + p["wpe"][:T]
@@ -207,8 +271,10 @@ def main():
     torch.set_default_dtype(torch.float64)
     with h5py.File(args.out, "w") as f:
         f.attrs["generator"] = "tools/reference/gpt_reference.py (torch %s)" % torch.__version__
-        for name, tied, seed in (("tied", True, 1234), ("untied", False, 4321)):
-            losses, norms = write_case(f.create_group(name), CONFIG, tied, seed)
+        for name, cfg, tied, seed in (("tied", CONFIG, True, 1234), ("untied", CONFIG, False, 4321),
+                                      ("llama_gqa", LLAMA, False, 5678),
+                                      ("llama_tied", dict(LLAMA, n_kv_head=4), True, 8765)):
+            losses, norms = write_case(f.create_group(name), cfg, tied, seed)
             print(f"{name}: losses {losses[0]:.6f} -> {losses[-1]:.6f}, "
                   f"grad norms {min(norms):.3f}..{max(norms):.3f} (clip {TRAIN['grad_clip']})")
     print("wrote", args.out)
