@@ -122,18 +122,25 @@ bool ParamLayout::has(const std::string& name) const {
   return false;
 }
 
+double layer_matrix_params(const ModelConfig& m) {
+  const double C = m.d_model;
+  if (m.arch == Arch::gpt2) return 12.0 * C * C;
+  return qkv_rows(m) * C + C * C + 3.0 * mlp_width(m) * C;
+}
+
+std::size_t layer_params(const ModelConfig& m) {
+  const std::size_t C = static_cast<std::size_t>(m.d_model);
+  // the norms' weights (gpt2: and their biases and the products' biases)
+  const std::size_t vectors = m.arch == Arch::gpt2 ? 13 * C : 2 * C;
+  return static_cast<std::size_t>(layer_matrix_params(m)) + vectors;
+}
+
 std::size_t count_model_params(const ModelConfig& m) {
   const std::size_t C = static_cast<std::size_t>(m.d_model);
   const std::size_t V = static_cast<std::size_t>(m.vocab_size);
-  if (m.arch == Arch::llama) {
-    const std::size_t F = static_cast<std::size_t>(mlp_width(m));
-    const std::size_t per_layer =
-        static_cast<std::size_t>(qkv_rows(m)) * C + C * C + 3 * F * C + 2 * C;
-    return V * C * (m.tie_embeddings ? 1 : 2) + per_layer * static_cast<std::size_t>(m.n_layer) + C;
-  }
-  const std::size_t per_layer = 12 * C * C + 13 * C;
-  std::size_t n = V * C + static_cast<std::size_t>(m.seq_len) * C +
-                  per_layer * static_cast<std::size_t>(m.n_layer) + 2 * C;
+  const bool gpt2 = m.arch == Arch::gpt2;
+  std::size_t n = V * C + (gpt2 ? static_cast<std::size_t>(m.seq_len) * C : 0) +
+                  layer_params(m) * static_cast<std::size_t>(m.n_layer) + (gpt2 ? 2 : 1) * C;
   if (!m.tie_embeddings) n += V * C;
   return n;
 }

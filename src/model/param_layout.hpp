@@ -64,6 +64,9 @@ private:
 // "h/007/" for layer 7.
 std::string layer_prefix(int layer);
 
+// Parameters of one transformer block: its matrices' (for FLOPs: 2 per token each), and all.
+double layer_matrix_params(const ModelConfig& m);
+std::size_t layer_params(const ModelConfig& m);
 // Parameters of the whole model (tied embedding counted once), for FLOPs and reports.
 std::size_t count_model_params(const ModelConfig& m);
 

@@ -4,14 +4,17 @@
 #include <cmath>
 #include <numeric>
 
+#include "model/param_layout.hpp"
+
 namespace pt {
 
 BlockCosts parameter_costs(const ModelConfig& m) {
   const double C = m.d_model, V = m.vocab_size, T = m.seq_len;
   BlockCosts c;
-  c.embedding = V * C + T * C;
-  c.layer = 12.0 * C * C + 13.0 * C;
-  c.head = 2.0 * C + (m.tie_embeddings ? 0.0 : V * C);
+  const bool gpt2 = m.arch == Arch::gpt2;
+  c.embedding = V * C + (gpt2 ? T * C : 0.0);
+  c.layer = static_cast<double>(layer_params(m));
+  c.head = (gpt2 ? 2.0 : 1.0) * C + (m.tie_embeddings ? 0.0 : V * C);
   return c;
 }
 

@@ -195,6 +195,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     e.slots = std::max(e.slots, peak);
     e.activations += peak * slot;
     e.workspace += buf(s.N * s.F) + buf(s.N * s.Ct) + buf(s.T * s.T) +
+                   (s.QKV != 3 * s.Ct ? 2 * buf(s.N * 3 * s.Ct) : 0.0) + // grouped-query heads
                    (spec.last && cfg.parallel.tp > 1 ? 3 * buf(s.N) : 0.0) +
                    (s.sp ? 2 * buf(s.N * s.C) : 0.0) + // gathered rows, partial sums
                    (fused ? stash_bytes(s, spec, 1) : 0.0) +

@@ -74,7 +74,7 @@ void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Can
   const ModelConfig& m = cfg.model;
   const double B = cfg.train.micro_batch, T = m.seq_len, C = m.d_model, V = m.vocab_size;
   const double tp = c.tp, rate = mc.peak_flops * mc.efficiency;
-  const double layer_f = (24.0 * B * T * C * C + 4.0 * B * T * T * C) / tp;
+  const double layer_f = (2.0 * B * T * layer_matrix_params(m) + 4.0 * B * T * T * C) / tp;
   const double attn_core = 4.0 * B * T * T * C / tp;
   const double head_f = 2.0 * B * T * C * V / tp;
   const bool tp_in_node = c.tp <= mc.ranks_per_node;
@@ -157,7 +157,8 @@ bool evaluate(const std::string& deck_text, const std::string& deck_path,
   Plan plan;
   // partition = "time" profiles on the real machine; here its FLOPs stand in
   plan.costs = cfg.parallel.partition == PartitionKind::time
-                   ? BlockCosts{0.0, 24.0 * m.d_model + 4.0 * m.seq_len, 2.0 * m.vocab_size}
+                   ? BlockCosts{0.0, 2.0 * layer_matrix_params(m) / m.d_model + 4.0 * m.seq_len,
+                                2.0 * m.vocab_size}
                    : parameter_costs(m);
   plan.layers = partition_layers(cfg.parallel, m.n_layer,
                                  cfg.parallel.pp * cfg.parallel.virtual_stages, plan.costs);
