@@ -212,6 +212,14 @@ struct ForeignCheckpoint : Error {
   explicit ForeignCheckpoint(const Error& e) : Error(e) {}
 };
 
+ForeignCheckpoint another_model(const std::string& path, const std::string& key,
+                                const std::string& saved, const std::string& deck) {
+  return ForeignCheckpoint(ckpt_error(
+      path, "is of another model: model." + key + " = " + saved + " in the checkpoint, " + deck +
+                " in the deck.\n---> HINT: give each run its own checkpoint.dir, or set "
+                "checkpoint.resume = \"none\" to start afresh"));
+}
+
 // The resolved deck the checkpoint was written with (/config).
 std::optional<Error> read_config(hid_t f, const std::string& path, std::string& text) {
   H5 ds(H5Dopen2(f, "/config", H5P_DEFAULT), H5Dclose);
@@ -253,24 +261,20 @@ void compare_config(const std::string& saved, const RunConfig& cfg, const std::s
                                                  e.what()));
   }
   const ModelConfig &a = old.model, &b = cfg.model;
-  const std::pair<const char*, std::pair<long long, long long>> model_keys[] = {
-      {"n_layer", {a.n_layer, b.n_layer}},
-      {"n_head", {a.n_head, b.n_head}},
-      {"d_model", {a.d_model, b.d_model}},
-      {"seq_len", {a.seq_len, b.seq_len}},
-      {"vocab_size", {a.vocab_size, b.vocab_size}},
-      {"tie_embeddings", {a.tie_embeddings, b.tie_embeddings}}};
+  const auto num = [](long long x) { return std::to_string(x); };
+  const auto flag = [](bool x) { return std::string(x ? "true" : "false"); };
+  const std::pair<const char*, std::pair<std::string, std::string>> model_keys[] = {
+      {"arch", {name(a.arch), name(b.arch)}},
+      {"n_layer", {num(a.n_layer), num(b.n_layer)}},
+      {"n_head", {num(a.n_head), num(b.n_head)}},
+      {"n_kv_head", {num(kv_heads(a)), num(kv_heads(b))}},
+      {"d_model", {num(a.d_model), num(b.d_model)}},
+      {"ffn_hidden", {num(mlp_width(a)), num(mlp_width(b))}},
+      {"seq_len", {num(a.seq_len), num(b.seq_len)}},
+      {"vocab_size", {num(a.vocab_size), num(b.vocab_size)}},
+      {"tie_embeddings", {flag(a.tie_embeddings), flag(b.tie_embeddings)}}};
   for (const auto& [key, v] : model_keys) {
-    if (v.first == v.second) continue;
-    const bool flag = std::string(key) == "tie_embeddings"; // clang 14: no binding in a lambda
-    const auto text = [&](long long x) {
-      return flag ? (x ? "true" : "false") : std::to_string(x);
-    };
-    throw ForeignCheckpoint(ckpt_error(
-        path, "is of another model: model." + std::string(key) + " = " + text(v.first) +
-                  " in the checkpoint, " + text(v.second) +
-                  " in the deck.\n---> HINT: give each run its own checkpoint.dir, or set "
-                  "checkpoint.resume = \"none\" to start afresh"));
+    if (v.first != v.second) throw another_model(path, key, v.first, v.second);
   }
   if (!root) return;
   const std::pair<const char*, std::pair<std::string, std::string>> run_keys[] = {
@@ -320,6 +324,11 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   });
   TrainState st;
   parse([&] { err = read_header(file.get(), path, st); });
+  // the architecture first: another one's tensors differ in name and shape (absent: a file
+  // written before llama, gpt2's)
+  std::string arch = name(Arch::gpt2);
+  parse([&] { read_string_attr(file.get(), "arch", arch); });
+  if (arch != name(cfg.model.arch)) throw another_model(path, "arch", arch, name(cfg.model.arch));
   const ParamLayout whole = whole_layout(cfg.model);
   std::vector<H5> sets;
   parse([&] { sets = open_datasets(file.get(), whole, shards.sections(), path, err); });

@@ -111,6 +111,7 @@ bool write_metadata(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const
   ok &= write_attr(f, "tokens_seen", H5T_NATIVE_LLONG, &tokens, 1);
   // the activation format it was trained with (the parameters and moments are fp32 whatever it)
   ok &= write_string_attr(f, "precision", name(cfg.device.precision));
+  ok &= write_string_attr(f, "arch", name(cfg.model.arch)); // the architecture (docs/models.md)
   {
     H5 type = string_type(cfg.resolved_text.size());
     H5 space(H5Screate(H5S_SCALAR), H5Sclose);

@@ -6,7 +6,8 @@
 Scenarios (each exits 0 on success, prints what it compared):
   (a layout is PP,DP,TP or PP,DP,TP,ZERO: parallel.zero = 1 with a fourth field of 1; a suffix
   :SCHEDULE picks the schedule, e.g. 2,1,1:zb-v, with virtual_stages 2 for the V-shaped ones;
-  a suffix +PRECISION sets device.precision, e.g. 2,1,1+bf16)
+  a suffix +PRECISION sets device.precision, e.g. 2,1,1+bf16; a suffix @llama trains llama with
+  grouped-query attention, 2 key/value heads)
   bitexact PP,DP,TP     10 steps straight == 5 steps, stop (exit_after_steps), resume 5: identical
                         losses and parameter bytes
   reshard FROM TO       a step-5 checkpoint written by layout FROM continues on layout TO; losses
@@ -22,7 +23,8 @@ Scenarios (each exits 0 on success, prints what it compared):
   sigterm               SIGTERM to the ranks mid-run: exit 0 with a checkpoint; resuming it gives
                         the straight run's losses and parameters
   other_model           a checkpoint of n_head 4 resumed with n_head 8 (same shapes): exit 3
-                        naming model.n_head and both values, by path and by resume = "auto"
+                        naming model.n_head and both values, by path and by resume = "auto";
+                        resumed as llama: exit 3 naming model.arch
   other_data            resumed with another data.path: a warning naming it, and the run goes on
   nothing_left          resumed from a checkpoint at train.steps: exit 0, "nothing left to do",
                         no loss or speed line
@@ -48,7 +50,8 @@ HANG_S = 60  # runtime.hang_timeout_s of every run
 
 
 def layout_args(lay):
-    """PP,DP,TP[,ZERO][:SCHEDULE][+PRECISION] -> rank count and overrides."""
+    """PP,DP,TP[,ZERO][:SCHEDULE][+PRECISION][@llama] -> rank count and overrides."""
+    lay, _, arch = lay.partition("@")
     lay, _, precision = lay.partition("+")
     lay, _, sched = lay.partition(":")
     pp, dp, tp, *zero = (int(x) for x in lay.split(","))
@@ -59,6 +62,8 @@ def layout_args(lay):
         args += [f'parallel.schedule="{sched}"', f"parallel.virtual_stages={v}"]
     if precision:
         args.append(f'device.precision="{precision}"')
+    if arch:
+        args += [f'model.arch="{arch}"', "model.n_kv_head=2", "model.ffn_hidden=64"]
     return pp * dp * tp, args
 
 
@@ -252,6 +257,10 @@ def other_model(r):
     expect_in(out, want)
     if "trying an older checkpoint" in out:
         sys.exit("FAIL: resume = auto fell back past a checkpoint of another model")
+    # another architecture: a gpt2 checkpoint resumed as llama
+    out = r.run("1,1,1@llama", "load_llama", f"checkpoint.resume={path}", ckpt="d", expect=3)
+    expect_in(out, f"checkpoint '{path}': is of another model: model.arch = gpt2 in the "
+                   "checkpoint, llama in the deck")
 
 
 def other_data(r):
