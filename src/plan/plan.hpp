@@ -14,7 +14,8 @@
 
 namespace pt {
 
-// 6 N + 6 L C T: the matrix products of forward and backward per token (PaLM's MFU count).
+// 6 N + 6 L C T: the matrix products of forward and backward per token (PaLM's MFU count); N
+// leaves out an untied input embedding (a lookup).
 double flops_per_token(const ModelConfig& m);
 
 // What every rank derives from the deck before training: the partition and the schedule.
