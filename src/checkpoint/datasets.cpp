@@ -86,21 +86,25 @@ std::vector<hsize_t> dims_of(const ParamTensor& t) {
 
 void select_shard(hid_t space, const ParamTensor& t, int tp_rank, int tp) {
   const std::vector<hsize_t> g = dims_of(t);
-  hsize_t start[2] = {0, 0}, stride[2] = {1, 1}, count[2] = {1, 1}, block[2] = {1, 1};
-  for (std::size_t d = 0; d < g.size(); ++d) block[d] = g[d];
-  if (t.shard_dim == 0) {
-    const hsize_t part = g[0] / static_cast<hsize_t>(t.parts);
-    const hsize_t mine = part / static_cast<hsize_t>(tp);
-    start[0] = static_cast<hsize_t>(tp_rank) * mine;
-    stride[0] = part;
-    count[0] = static_cast<hsize_t>(t.parts);
-    block[0] = mine;
-  } else if (t.shard_dim == 1) {
-    const hsize_t mine = g[1] / static_cast<hsize_t>(tp);
-    start[1] = static_cast<hsize_t>(tp_rank) * mine;
-    block[1] = mine;
+  hsize_t start[2] = {0, 0}, count[2] = {1, 1};
+  for (std::size_t d = 0; d < g.size(); ++d) count[d] = g[d];
+  if (t.shard_dim == 1) {
+    count[1] = g[1] / static_cast<hsize_t>(tp);
+    start[1] = static_cast<hsize_t>(tp_rank) * count[1];
   }
-  H5Sselect_hyperslab(space, H5S_SELECT_SET, start, stride, count, block);
+  if (t.shard_dim != 0) {
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    return;
+  }
+  // rows: this rank's share of every part, in order
+  hsize_t first = 0;
+  for (std::size_t p = 0; p < t.part_rows.size(); ++p) {
+    count[0] = static_cast<hsize_t>(t.part_rows[p]) / static_cast<hsize_t>(tp);
+    start[0] = first + static_cast<hsize_t>(tp_rank) * count[0];
+    H5Sselect_hyperslab(space, p == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, start, nullptr, count,
+                        nullptr);
+    first += static_cast<hsize_t>(t.part_rows[p]);
+  }
 }
 
 std::vector<std::string> list_checkpoints(const fs::path& dir) {

@@ -134,11 +134,17 @@ void check_tensor_parallel(const RunConfig& c, const Rules& r) {
            "= " + std::to_string(tp) + " does not divide model.n_head = " +
                std::to_string(c.model.n_head) + ": tensor parallelism splits whole heads");
   }
-  if (c.model.arch == Arch::llama && tp > 1) {
+  if (kv_heads(c.model) % tp != 0) {
     r.fail("parallel", "tp",
-           "= " + std::to_string(tp) +
-               " with model.arch = \"llama\": llama runs on pp and dp layouts only so far "
-               "(docs/models.md); use parallel.tp = 1");
+           "= " + std::to_string(tp) + " does not divide model.n_kv_head = " +
+               std::to_string(kv_heads(c.model)) +
+               ": tensor parallelism splits whole key/value heads; pick n_kv_head a multiple of "
+               "tp");
+  }
+  if (mlp_width(c.model) % tp != 0) {
+    r.fail("parallel", "tp",
+           "= " + std::to_string(tp) + " does not divide the MLP width " +
+               std::to_string(mlp_width(c.model)) + " (model.ffn_hidden)");
   }
 }
 

@@ -14,12 +14,12 @@ std::string layer_prefix(int layer) {
 }
 
 void ParamLayout::add(std::string name, std::vector<int> global_shape, bool decay, int layer,
-                      int shard_dim, int parts) {
+                      int shard_dim, std::vector<int> part_rows) {
   ParamTensor t;
   t.name = std::move(name);
   t.global_shape = global_shape;
   t.shard_dim = tp_ > 1 ? shard_dim : -1;
-  t.parts = parts;
+  t.part_rows = part_rows.empty() ? std::vector<int>{global_shape[0]} : std::move(part_rows);
   std::vector<int> shape = global_shape;
   if (t.shard_dim >= 0) shape[static_cast<std::size_t>(t.shard_dim)] /= tp_;
   t.size = 1;
@@ -51,8 +51,8 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
     const std::string p = layer_prefix(l);
     add(p + "ln1/weight", {C}, false, l);
     add(p + "ln1/bias", {C}, false, l);
-    add(p + "attn/qkv/weight", {3 * C, C}, true, l, 0, 3);
-    add(p + "attn/qkv/bias", {3 * C}, false, l, 0, 3);
+    add(p + "attn/qkv/weight", {3 * C, C}, true, l, 0, {C, C, C});
+    add(p + "attn/qkv/bias", {3 * C}, false, l, 0, {C, C, C});
     add(p + "attn/proj/weight", {C, C}, true, l, 1);
     add(p + "attn/proj/bias", {C}, false, l);
     add(p + "ln2/weight", {C}, false, l);
@@ -73,14 +73,15 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
 // heads' rows, then the key heads', then the value heads'; fc holds the gate's rows, then the up
 // projection's (SwiGLU).
 void ParamLayout::add_llama(const ModelConfig& m, const StageSpec& stage) {
-  const int C = m.d_model, F = mlp_width(m);
+  const int C = m.d_model, F = mlp_width(m), q = m.n_head * head_dim(m),
+            kv = kv_heads(m) * head_dim(m);
   for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
     const std::string p = layer_prefix(l);
     add(p + "ln1/weight", {C}, false, l);
-    add(p + "attn/qkv/weight", {qkv_rows(m), C}, true, l, 0, 3);
+    add(p + "attn/qkv/weight", {qkv_rows(m), C}, true, l, 0, {q, kv, kv});
     add(p + "attn/proj/weight", {C, C}, true, l, 1);
     add(p + "ln2/weight", {C}, false, l);
-    add(p + "mlp/fc/weight", {2 * F, C}, true, l, 0, 2);
+    add(p + "mlp/fc/weight", {2 * F, C}, true, l, 0, {F, F});
     add(p + "mlp/proj/weight", {C, F}, true, l, 1);
   }
   if (stage.last) {
@@ -98,14 +99,16 @@ std::size_t ParamLayout::global_index(const ParamTensor& t, std::size_t i) const
     const std::size_t r = i / local_cols, c = i % local_cols;
     return r * cols + static_cast<std::size_t>(tp_rank_) * local_cols + c;
   }
-  const std::size_t rows_part =
-      static_cast<std::size_t>(t.global_shape[0]) / static_cast<std::size_t>(t.parts);
-  const std::size_t local_part = rows_part / static_cast<std::size_t>(tp_);
-  const std::size_t lr = i / cols, c = i % cols;
-  const std::size_t part = lr / local_part, within = lr % local_part;
-  const std::size_t gr =
-      part * rows_part + static_cast<std::size_t>(tp_rank_) * local_part + within;
-  return gr * cols + c;
+  // local row lr lies in the part whose share (its rows / tp) covers it
+  std::size_t lr = i / cols, first = 0, mine = 0; // first: the part's first global row
+  for (const int rows : t.part_rows) {
+    mine = static_cast<std::size_t>(rows / tp_);
+    if (lr < mine) break;
+    lr -= mine;
+    first += static_cast<std::size_t>(rows);
+  }
+  const std::size_t gr = first + static_cast<std::size_t>(tp_rank_) * mine + lr;
+  return gr * cols + i % cols;
 }
 
 const ParamTensor& ParamLayout::at(const std::string& name) const {

@@ -21,10 +21,11 @@ struct ParamTensor {
   int layer = -1;     // transformer layer, -1 for embeddings / final norm / head
   bool norm = false;  // a LayerNorm's weight or bias (ln1, ln2, lnf)
   // Tensor parallelism: -1 replicated on every tp rank; 0 rows split; 1 columns split. A row
-  // split in `parts` parts gives each tp rank its share of every part (qkv: its heads' rows of
-  // q, of k and of v).
+  // split of a tensor made of parts (part_rows: their global row counts, in order; empty: one)
+  // gives each tp rank its share of every part (qkv: its heads' rows of q, of k and of v; llama's
+  // fc: of the gate and of the up projection).
   int shard_dim = -1;
-  int parts = 1;
+  std::vector<int> part_rows;
 };
 
 // Which part of the model a rank holds: the embedding (first stage), layers [begin, end), and
@@ -53,7 +54,7 @@ public:
 
 private:
   void add(std::string name, std::vector<int> global_shape, bool decay, int layer,
-           int shard_dim = -1, int parts = 1);
+           int shard_dim = -1, std::vector<int> part_rows = {});
   void add_llama(const ModelConfig& m, const StageSpec& stage);
 
   int tp_rank_ = 0, tp_ = 1;
