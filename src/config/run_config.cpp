@@ -295,6 +295,16 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   if (toml::table* train = root.get_as<toml::table>("train")) {
     train->insert_or_assign("min_lr", *c.train.min_lr);
   }
+  if (toml::table* model = root.get_as<toml::table>("model")) { // the architecture, whole
+    model->insert_or_assign("arch", std::string(name(c.model.arch)));
+    model->insert_or_assign("tie_embeddings", c.model.tie_embeddings);
+    if (c.model.arch == Arch::llama) {
+      model->insert_or_assign("n_kv_head", static_cast<std::int64_t>(kv_heads(c.model)));
+      model->insert_or_assign("ffn_hidden", static_cast<std::int64_t>(mlp_width(c.model)));
+      model->insert_or_assign("rope_theta", c.model.rope_theta);
+      model->insert_or_assign("norm_eps", c.model.norm_eps);
+    }
+  }
   std::ostringstream os;
   os << root;
   c.resolved_text = os.str();
