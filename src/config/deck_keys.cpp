@@ -352,6 +352,10 @@ std::vector<DeckKey> make_table() {
            {"auto: `latest`, else the newest usable one; none: start afresh; a path: that file "
             "(exit 3 if unusable)",
             "yes", "auto, none, a path"}),
+      text("checkpoint", "init_from", &RC::checkpoint, &K::init_from,
+           {"a Hugging Face directory (config.json, model.safetensors of GPT2LMHeadModel or "
+            "LlamaForCausalLM, F32 or BF16) whose weights start a run that does not resume "
+            "(docs/models.md); \"\" = the seeded init"}),
 
       allreduce_key(),
       boolean("comm", "autotune", &RC::comm, &C::autotune,

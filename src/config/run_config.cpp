@@ -136,8 +136,8 @@ void check_tensor_parallel(const RunConfig& c, const Rules& r) {
   }
   if (kv_heads(c.model) % tp != 0) {
     r.fail("parallel", "tp",
-           "= " + std::to_string(tp) + " does not divide model.n_kv_head = " +
-               std::to_string(kv_heads(c.model)) +
+           "= " + std::to_string(tp) +
+               " does not divide model.n_kv_head = " + std::to_string(kv_heads(c.model)) +
                ": tensor parallelism splits whole key/value heads; pick n_kv_head a multiple of "
                "tp");
   }

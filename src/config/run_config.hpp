@@ -93,6 +93,7 @@ struct CheckpointConfig {
   int every = 0;               // steps between checkpoints; 0: only at the end (and on stops)
   int keep = 3;                // newest checkpoints kept
   std::string resume = "auto"; // auto | none | <file>
+  std::string init_from;       // a Hugging Face directory: the starting weights when not resuming
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/hf_import.hpp"
 #include "engine/run.hpp"
 #include "profile.hpp"
 #include "util/clock.hpp"
@@ -36,8 +37,27 @@ struct Checkpoints {
                   wall_time() - t0, state.step, run.cfg.train.steps);
       std::fflush(stdout);
     }
+    if (!resumed && !run.cfg.checkpoint.init_from.empty()) init_from();
     run.two_bw.newest = state.step; // 2bw: params() holds W(step), the older buffer W(step - 1)
     return state.step;
+  }
+
+  // checkpoint.init_from: every rank reads its stages' tensors; one verdict for all
+  void init_from() {
+    const double t0 = wall_time();
+    std::optional<Error> err;
+    std::size_t n = 0;
+    try {
+      n = init_from_hf(run.cfg.checkpoint.init_from, run.cfg.model, shards.stages);
+    } catch (const Error& e) {
+      err = e;
+    }
+    run.watchdog.agree(run.layout.world(), err, "checkpoint.init_from's agreement");
+    if (run.layout.rank() == 0) {
+      std::printf("initialized from %s (%zu tensors on rank 0, read in %.2f s)\n",
+                  run.cfg.checkpoint.init_from.c_str(), n, wall_time() - t0);
+      std::fflush(stdout);
+    }
   }
 
   void save(int steps_done, double lr) {

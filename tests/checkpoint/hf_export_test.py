@@ -9,7 +9,11 @@ each trained 4 steps on pp 2 with a checkpoint at step 4 and a validation loss a
 - the checkpoint, exported with --format hf, loads in transformers (GPT2LMHeadModel,
   LlamaForCausalLM: HF_PYTHON, the pinned environment of tools/hf-venv) from the directory alone,
   with no tensor missing, unexpected or of another shape;
-- its loss on the same tokens agrees with pipetrain's within 1e-5 relative (fp32).
+- its loss on the same tokens agrees with pipetrain's within 1e-5 relative (fp32);
+- checkpoint.init_from=DIR starts a run on another layout from it: its first step's loss on
+  those tokens is the same within 1e-5;
+- a directory of the other architecture, of another width, missing, or with a truncated
+  safetensors file is refused with exit 2 and a message naming the problem.
 """
 import json
 import os
@@ -81,4 +85,44 @@ for name, overrides in (("gpt2", []),
           f"relative difference {rel:.2e}")
     if rel > 1e-5:
         bad.append(f"{name}: {rel:.2e} > 1e-5")
+    # the exported directory starts a run on another layout (one rank; llama: tp 2) that trains
+    # on those tokens alone: its first step's loss, before any update, is the same loss
+    layout = ["parallel.tp=2"] if name == "llama" else []
+    init = subprocess.run(
+        [*launch.split(), "2" if layout else "1", exe,
+         os.path.join(root, "inputs", "pipeline-ci.toml"), f"data.path={val}", "model.n_head=4",
+         "train.steps=1", f"log.dir={d}/init", f"checkpoint.dir={d}/init_ckpt",
+         'checkpoint.resume="none"', f"checkpoint.init_from={out}", *layout, *overrides],
+        capture_output=True, text=True, timeout=180)
+    if init.returncode != 0 or "initialized from" not in init.stdout:
+        print(init.stdout[-2000:], init.stderr[-2000:])
+        sys.exit(f"FAIL: {name}: the run from {out} exited {init.returncode}")
+    first = [json.loads(ln)["loss"] for ln in open(f"{d}/init/metrics.jsonl") if '"loss"' in ln][0]
+    rel = abs(first - ours) / ours
+    print(f"{name}: started from the export: step 1 loss {first:.6f}, relative difference {rel:.2e}")
+    if rel > 1e-5:
+        bad.append(f"{name} from the export: {rel:.2e} > 1e-5")
+
+def refused(why, directory, want, *extra):
+    """A run from `directory` exits 2 with `want` in its message."""
+    r = subprocess.run(
+        [*launch.split(), "1", exe, os.path.join(root, "inputs", "pipeline-ci.toml"),
+         f"data.path={val}", "model.n_head=4", "train.steps=1", f"log.dir={work}/refused",
+         f"checkpoint.dir={work}/refused_ckpt", 'checkpoint.resume="none"',
+         f"checkpoint.init_from={directory}", *extra], capture_output=True, text=True, timeout=120)
+    if r.returncode != 2 or want not in r.stdout + r.stderr:
+        print(r.stdout[-1500:], r.stderr[-1500:])
+        bad.append(f"{why}: exit {r.returncode}, expected 2 and '{want}'")
+    else:
+        print(f"refused, {why}: {want}")
+
+
+refused("another architecture", f"{work}/llama/hf", 'model_type "llama", the deck\'s model.arch')
+refused("another width", f"{work}/gpt2/hf", "which does not fit the deck's", "model.d_model=64")
+refused("no directory", f"{work}/none", "config.json: cannot be read")
+cut = f"{work}/cut"
+shutil.copytree(f"{work}/gpt2/hf", cut)
+with open(f"{cut}/model.safetensors", "r+b") as f:
+    f.truncate(4000)
+refused("a truncated file", cut, "not a safetensors file pipetrain reads")
 sys.exit("FAIL: " + "; ".join(bad) if bad else print("PASS"))

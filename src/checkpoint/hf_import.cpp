@@ -1,0 +1,228 @@
+// checkpoint.init_from: a Hugging Face directory (config.json, model.safetensors) as a run's
+// starting weights (docs/models.md). Every rank reads the pieces of the tensors its stages hold,
+// assembles each whole tensor in pipetrain's layout (GPT-2's Conv1D matrices transposed; llama's
+// q, k, v and gate, up projections stacked) and copies in its tensor-parallel shard.
+#include "checkpoint/hf_import.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "bf16.hpp"
+#include "model/gpt_stage.hpp"
+#include "util/errors.hpp"
+#include "util/json.hpp"
+
+namespace pt {
+namespace {
+
+// One tensor of a safetensors file: where its bytes are (after the header) and how to read them.
+struct Entry {
+  std::string dtype;
+  std::vector<long long> shape;
+  std::size_t begin = 0, end = 0;
+};
+
+struct Safetensors {
+  std::string path;
+  std::ifstream in;
+  std::size_t data_start = 0;
+  std::vector<std::pair<std::string, Entry>> entries;
+
+  explicit Safetensors(const std::string& p) : path(p), in(p, std::ios::binary) {
+    if (!in) throw input_error(path + ": cannot be read (checkpoint.init_from)");
+    in.seekg(0, std::ios::end);
+    const std::size_t size = static_cast<std::size_t>(in.tellg());
+    unsigned char len[8] = {};
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(len), 8);
+    std::uint64_t n = 0;
+    for (int k = 7; k >= 0; --k) n = n << 8 | len[k];
+    if (!in || n > size - 8 || n > (1u << 30)) bad("its header length does not fit the file");
+    std::string header(n, '\0');
+    in.read(header.data(), static_cast<std::streamsize>(n));
+    data_start = 8 + n;
+    Json j;
+    try {
+      j = parse_json(header);
+    } catch (const std::invalid_argument& e) {
+      bad(std::string("its header is not JSON: ") + e.what());
+    }
+    for (const auto& [name, v] : j.members) {
+      if (name == "__metadata__") continue;
+      const Json *dt = v.find("dtype"), *sh = v.find("shape"), *off = v.find("data_offsets");
+      if (!dt || !sh || !off || off->items.size() != 2) bad("tensor " + name + " is incomplete");
+      Entry e;
+      e.dtype = dt->text;
+      std::size_t count = 1;
+      for (const Json& d : sh->items) {
+        e.shape.push_back(static_cast<long long>(d.number));
+        count *= static_cast<std::size_t>(d.number);
+      }
+      e.begin = static_cast<std::size_t>(off->items[0].number);
+      e.end = static_cast<std::size_t>(off->items[1].number);
+      const std::size_t width = e.dtype == "F32" ? 4 : 2;
+      if ((e.dtype != "F32" && e.dtype != "BF16") || e.end < e.begin ||
+          e.end - e.begin != count * width || data_start + e.end > size) {
+        bad("tensor " + name + " (" + e.dtype + ") does not fit: pipetrain reads F32 and BF16");
+      }
+      entries.emplace_back(name, e);
+    }
+  }
+  [[noreturn]] void bad(const std::string& what) const {
+    throw input_error(path + ": not a safetensors file pipetrain reads: " + what);
+  }
+  const Entry* find(const std::string& name) const {
+    for (const auto& [n, e] : entries) {
+      if (n == name) return &e;
+    }
+    return nullptr;
+  }
+  std::vector<float> read(const Entry& e) {
+    const std::size_t n = (e.end - e.begin) / (e.dtype == "F32" ? 4 : 2);
+    std::vector<float> out(n);
+    in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+    if (e.dtype == "F32") {
+      in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(n * 4));
+    } else {
+      std::vector<std::uint16_t> half(n);
+      in.read(reinterpret_cast<char*>(half.data()), static_cast<std::streamsize>(n * 2));
+      bf16::unpack(out.data(), half.data(), n);
+    }
+    if (!in) bad("a tensor's bytes cannot be read");
+    return out;
+  }
+};
+
+// The Hugging Face pieces of one of pipetrain's tensors, stacked by rows in order; transposed:
+// each piece is stored (columns, rows) (GPT-2's Conv1D).
+struct Recipe {
+  std::vector<std::string> pieces;
+  bool transposed = false;
+};
+
+Recipe recipe(const ModelConfig& m, const std::string& name) {
+  const bool llama = m.arch == Arch::llama;
+  if (name == "wte") return {{llama ? "model.embed_tokens.weight" : "transformer.wte.weight"}};
+  if (name == "wpe") return {{"transformer.wpe.weight"}};
+  if (name == "lm_head/weight") return {{"lm_head.weight"}};
+  if (name.rfind("lnf/", 0) == 0) {
+    return {{llama ? "model.norm.weight" : "transformer.ln_f." + name.substr(4)}};
+  }
+  const std::string layer = std::to_string(std::stoi(name.substr(2, 3))), rest = name.substr(6);
+  if (llama) {
+    const std::string p = "model.layers." + layer + ".";
+    if (rest == "ln1/weight") return {{p + "input_layernorm.weight"}};
+    if (rest == "ln2/weight") return {{p + "post_attention_layernorm.weight"}};
+    if (rest == "attn/qkv/weight") {
+      return {{p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+               p + "self_attn.v_proj.weight"}};
+    }
+    if (rest == "attn/proj/weight") return {{p + "self_attn.o_proj.weight"}};
+    if (rest == "mlp/fc/weight") return {{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}};
+    return {{p + "mlp.down_proj.weight"}}; // mlp/proj/weight
+  }
+  const std::string p = "transformer.h." + layer + ".";
+  const std::string module = rest.substr(0, rest.rfind('/')), kind = rest.substr(rest.rfind('/'));
+  const std::string hf = module == "ln1"         ? "ln_1"
+                         : module == "ln2"       ? "ln_2"
+                         : module == "attn/qkv"  ? "attn.c_attn"
+                         : module == "attn/proj" ? "attn.c_proj"
+                         : module == "mlp/fc"    ? "mlp.c_fc"
+                                                 : "mlp.c_proj";
+  return {{p + hf + "." + kind.substr(1)}, kind == "/weight" && module.rfind("ln", 0) != 0};
+}
+
+// The whole tensor t (global shape) from its recipe's pieces, or why it cannot be made.
+std::vector<float> assemble(Safetensors& st, const ModelConfig& m, const ParamTensor& t,
+                            const std::string& dir) {
+  Recipe r = recipe(m, t.name);
+  if (t.name == "lm_head/weight" && st.find("lm_head.weight") == nullptr) {
+    r = recipe(m, "wte"); // a tied file: the head is the embedding
+  }
+  const long long cols = t.global_shape.size() > 1 ? t.global_shape[1] : 1;
+  std::vector<float> whole;
+  for (const std::string& piece : r.pieces) {
+    const Entry* e = st.find(piece);
+    if (e == nullptr) {
+      throw input_error(dir + "/model.safetensors has no tensor " + piece + " (pipetrain's " +
+                        t.name + "): is it a " + name(m.arch) + " model?");
+    }
+    std::vector<float> x = st.read(*e);
+    const long long rows = static_cast<long long>(x.size()) / cols;
+    const std::vector<long long> want = t.global_shape.size() == 1 ? std::vector<long long>{rows}
+                                        : r.transposed ? std::vector<long long>{cols, rows}
+                                                       : std::vector<long long>{rows, cols};
+    // GPT-2's position table may be longer than the deck's seq_len: its first rows are taken
+    const bool longer_wpe = t.name == "wpe" && e->shape.size() == 2 && e->shape[1] == cols &&
+                            e->shape[0] >= t.global_shape[0];
+    if (e->shape != want && !longer_wpe) {
+      std::ostringstream os;
+      os << dir << "/model.safetensors: " << piece << " has " << e->shape.size()
+         << " dimensions of sizes";
+      for (long long d : e->shape) os << " " << d;
+      os << ", which does not fit the deck's " << t.name
+         << ": check model.d_model, n_head, n_kv_head, ffn_hidden, vocab_size and seq_len";
+      throw input_error(os.str());
+    }
+    if (longer_wpe) x.resize(static_cast<std::size_t>(t.global_shape[0] * cols));
+    if (r.transposed) { // (cols, rows) stored: pipetrain's (rows, cols)
+      std::vector<float> y(x.size());
+      for (long long i = 0; i < rows; ++i) {
+        for (long long j = 0; j < cols; ++j) y[i * cols + j] = x[j * rows + i];
+      }
+      x.swap(y);
+    }
+    whole.insert(whole.end(), x.begin(), x.end());
+  }
+  std::size_t size = 1;
+  for (int d : t.global_shape) size *= static_cast<std::size_t>(d);
+  if (whole.size() != size) {
+    throw input_error(dir + "/model.safetensors: the pieces of " + t.name +
+                      " do not add up to its shape: check the deck's model keys");
+  }
+  return whole;
+}
+
+void check_config(const std::string& dir, const ModelConfig& m) {
+  std::ifstream in(dir + "/config.json");
+  if (!in) throw input_error(dir + "/config.json: cannot be read (checkpoint.init_from)");
+  std::stringstream text;
+  text << in.rdbuf();
+  Json j;
+  try {
+    j = parse_json(text.str());
+  } catch (const std::invalid_argument& e) {
+    throw input_error(dir + "/config.json: " + e.what());
+  }
+  const Json* type = j.find("model_type");
+  const std::string want = name(m.arch);
+  if (type == nullptr || type->text != want) {
+    throw input_error(dir + "/config.json: model_type \"" + (type ? type->text : "") +
+                      "\", the deck's model.arch is \"" + want + "\": set model.arch to match");
+  }
+}
+
+} // namespace
+
+std::size_t init_from_hf(const std::string& dir, const ModelConfig& m,
+                         const std::vector<GptStage*>& stages) {
+  check_config(dir, m);
+  Safetensors st(dir + "/model.safetensors");
+  std::size_t tensors = 0;
+  for (GptStage* stage : stages) {
+    const ParamLayout& lay = stage->layout();
+    std::vector<float> shard;
+    for (const ParamTensor& t : lay.tensors()) {
+      const std::vector<float> whole = assemble(st, m, t, dir);
+      shard.resize(t.size);
+      for (std::size_t i = 0; i < t.size; ++i) shard[i] = whole[lay.global_index(t, i)];
+      from_host(stage->backend(), stage->params() + t.offset, shard.data(), t.size);
+      ++tensors;
+    }
+  }
+  return tensors;
+}
+
+} // namespace pt
