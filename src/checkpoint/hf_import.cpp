@@ -37,12 +37,14 @@ struct Safetensors {
     unsigned char len[8] = {};
     in.seekg(0);
     in.read(reinterpret_cast<char*>(len), 8);
-    std::uint64_t n = 0;
-    for (int k = 7; k >= 0; --k) n = n << 8 | len[k];
-    if (!in || n > size - 8 || n > (1u << 30)) bad("its header length does not fit the file");
-    std::string header(n, '\0');
-    in.read(header.data(), static_cast<std::streamsize>(n));
-    data_start = 8 + n;
+    std::uint64_t header_len = 0; // little-endian
+    for (int k = 7; k >= 0; --k) header_len = header_len << 8 | len[k];
+    if (!in || size < 8 || header_len > size - 8 || header_len > (1u << 30)) {
+      bad("its header length does not fit the file");
+    }
+    std::string header(header_len, '\0');
+    in.read(header.data(), static_cast<std::streamsize>(header_len));
+    data_start = 8 + header_len;
     Json j;
     try {
       j = parse_json(header);
@@ -52,16 +54,20 @@ struct Safetensors {
     for (const auto& [name, v] : j.members) {
       if (name == "__metadata__") continue;
       const Json *dt = v.find("dtype"), *sh = v.find("shape"), *off = v.find("data_offsets");
-      if (!dt || !sh || !off || off->items.size() != 2) bad("tensor " + name + " is incomplete");
+      if (!dt || !sh || !off || dt->kind != Json::Kind::string || sh->kind != Json::Kind::array ||
+          off->items.size() != 2) {
+        bad("tensor " + name + " is incomplete");
+      }
       Entry e;
       e.dtype = dt->text;
       std::size_t count = 1;
-      for (const Json& d : sh->items) {
-        e.shape.push_back(static_cast<long long>(d.number));
-        count *= static_cast<std::size_t>(d.number);
+      for (const Json& d : sh->items) { // beyond the file's size the count cannot fit it
+        const std::size_t n = whole(d, name);
+        e.shape.push_back(static_cast<long long>(n));
+        count = n == 0 || count == 0 ? 0 : count > size / n ? size + 1 : count * n;
       }
-      e.begin = static_cast<std::size_t>(off->items[0].number);
-      e.end = static_cast<std::size_t>(off->items[1].number);
+      e.begin = whole(off->items[0], name);
+      e.end = whole(off->items[1], name);
       const std::size_t width = e.dtype == "F32" ? 4 : 2;
       if ((e.dtype != "F32" && e.dtype != "BF16") || e.end < e.begin ||
           e.end - e.begin != count * width || data_start + e.end > size) {
@@ -69,6 +75,14 @@ struct Safetensors {
       }
       entries.emplace_back(name, e);
     }
+  }
+  // a size or offset: a whole number in [0, 2^50]
+  std::size_t whole(const Json& v, const std::string& tensor) const {
+    if (v.kind != Json::Kind::number || !(v.number >= 0.0 && v.number <= 1125899906842624.0) ||
+        v.number != static_cast<double>(static_cast<std::size_t>(v.number))) {
+      bad("tensor " + tensor + " has a size or offset that is not a whole number");
+    }
+    return static_cast<std::size_t>(v.number);
   }
   [[noreturn]] void bad(const std::string& what) const {
     throw input_error(path + ": not a safetensors file pipetrain reads: " + what);

@@ -6,8 +6,8 @@
 namespace pt {
 
 const Json* Json::find(const std::string& key) const {
-  for (const auto& [name, value] : members) {
-    if (name == key) return &value;
+  for (const Member& m : members) {
+    if (m.name == key) return &m.value;
   }
   return nullptr;
 }
@@ -102,7 +102,7 @@ struct Parser {
         space();
         std::string key = string();
         expect(':');
-        v.members.emplace_back(std::move(key), value(depth + 1));
+        v.members.push_back({std::move(key), value(depth + 1)});
       } while (eat(','));
       expect('}');
     } else if (c == '[') {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace pt {
@@ -14,11 +13,17 @@ struct Json {
   Kind kind = Kind::null;
   bool boolean = false;
   double number = 0.0;
-  std::string text;                                  // string
-  std::vector<Json> items;                           // array
-  std::vector<std::pair<std::string, Json>> members; // object, in the text's order
+  std::string text; // string
+  struct Member;
+  std::vector<Json> items;     // array
+  std::vector<Member> members; // object, in the text's order
   // The member named key of an object, or null.
   const Json* find(const std::string& key) const;
+};
+
+struct Json::Member {
+  std::string name;
+  Json value;
 };
 
 // Parses one JSON value (surrounding whitespace allowed). Throws std::invalid_argument naming

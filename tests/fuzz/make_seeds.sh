@@ -100,4 +100,29 @@ printf '\x7f' | dd of="$d/bad_checksum.h5" bs=1 seek=$((wte + 100)) conv=notrunc
   checkpoint.dir=ckpt4 train.steps=1 >/dev/null)
 cp "$work/run/ckpt4/step_00000001.h5" "$d/bad_other_model.h5"
 printf 'not an HDF5 file\n' >"$d/bad_not_hdf5.h5"
+
+# ---- safetensors: the 1-layer GPT-2 of fuzz_safetensors.cpp, in transformers' names ----
+d=$corpus/fuzz_safetensors
+rm -rf "$d" && mkdir -p "$d"
+/usr/bin/python3 - "$d" <<'PY'
+import os, sys
+import numpy as np
+sys.path.insert(0, "tools")
+import hf_format
+d, C, V, T = sys.argv[1], 8, 16, 4
+rng = np.random.default_rng(1)
+shapes = {"wte": (V, C), "wpe": (T, C), "lnf/weight": (C,), "lnf/bias": (C,)}
+for part, shape in {"ln1": (C,), "ln2": (C,), "attn/qkv": (3 * C, C), "attn/proj": (C, C),
+                    "mlp/fc": (4 * C, C), "mlp/proj": (C, 4 * C)}.items():
+    shapes[f"h/000/{part}/weight"] = shape
+    shapes[f"h/000/{part}/bias"] = (shape[0],)
+params = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+model = dict(d_model=C, n_layer=1, n_head=2, seq_len=T, vocab_size=V, tie_embeddings=True)
+_, state = hf_format.hf_model(model, params)
+hf_format.write_safetensors(os.path.join(d, "gpt2_1layer.safetensors"), state)
+state.pop("transformer.wpe.weight")
+hf_format.write_safetensors(os.path.join(d, "bad_missing_wpe.safetensors"), state)
+PY
+head -c 300 "$d/gpt2_1layer.safetensors" >"$d/bad_truncated.safetensors"
+printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":[1,2,3]}  ' >"$d/bad_not_tensors.safetensors"
 ls -l "$corpus"/*
