@@ -255,8 +255,11 @@ std::vector<DeckKey> make_table() {
       integer("model", "d_model", &RC::model, &M::d_model, 1, 1 << 16, {"model width"}, true),
       integer("model", "seq_len", &RC::model, &M::seq_len, 1, 1 << 20, {"tokens per sequence"},
               true),
-      integer("model", "vocab_size", &RC::model, &M::vocab_size, 2, 65536,
-              {"vocabulary size", "yes", "2..65536 (tokens are uint16)"}, true),
+      integer("model", "vocab_size", &RC::model, &M::vocab_size, 2, 1 << 24,
+              {"vocabulary size; above 65536 the token files are version 2 (uint32 tokens, "
+               "docs/design.md section 7)",
+               "yes", "2..16777216"},
+              true),
       tie_embeddings_key(),
       integer("model", "n_kv_head", &RC::model, &M::n_kv_head, 0, 4096,
               {"llama: key/value heads (grouped-query attention), dividing n_head; 0 = n_head"}),

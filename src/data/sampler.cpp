@@ -10,12 +10,12 @@ void Sampler::fill(std::int64_t step, std::int64_t first, int rows, std::int32_t
   for (int r = 0; r < rows; ++r) {
     const std::uint64_t h =
         hash3(seed_, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(first + r));
-    const std::uint16_t* tok = file_.tokens() + h % starts;
+    const std::size_t start = h % starts;
     std::int32_t* in = inputs + static_cast<std::size_t>(r) * T_;
     std::int32_t* tg = targets + static_cast<std::size_t>(r) * T_;
     for (int t = 0; t < T_; ++t) {
-      in[t] = tok[t];
-      tg[t] = tok[t + 1];
+      in[t] = static_cast<std::int32_t>(file_.at(start + static_cast<std::size_t>(t)));
+      tg[t] = static_cast<std::int32_t>(file_.at(start + static_cast<std::size_t>(t) + 1));
     }
   }
 }

@@ -51,22 +51,30 @@ TokenFile::TokenFile(const std::string& path, int vocab_size, int min_tokens) : 
   map_bytes_ = bytes;
   // copy the header out: the messages below outlive the mapping
   const auto* header = static_cast<const std::int32_t*>(map_);
-  const std::int32_t magic = header[0], version = header[1], count = header[2];
+  const std::int32_t magic = header[0], version = header[1], count = header[2], vocab = header[3];
   if (magic != kTokenMagic) {
     release();
     bad(path, "bad magic number " + std::to_string(magic) + " (expected " +
                   std::to_string(kTokenMagic) + "): not a pipetrain/llm.c token file");
   }
-  if (version != kTokenVersion) {
+  if (version != kTokenVersion && version != kTokenVersionWide) {
     release();
-    bad(path, "unsupported version " + std::to_string(version) + " (expected 1: uint16 tokens)");
+    bad(path, "unsupported version " + std::to_string(version) +
+                  " (expected 1: uint16 tokens, or 2: uint32)");
+  }
+  wide_ = version == kTokenVersionWide;
+  if (vocab > vocab_size) {
+    release();
+    bad(path, "its tokens come from a vocabulary of " + std::to_string(vocab) +
+                  " but model.vocab_size = " + std::to_string(vocab_size) +
+                  ": set model.vocab_size to at least " + std::to_string(vocab));
   }
   if (count < 0) {
     release();
     bad(path, "negative token count in the header: the file is damaged");
   }
   count_ = static_cast<std::size_t>(count);
-  const std::size_t want = header_bytes + count_ * sizeof(std::uint16_t);
+  const std::size_t want = header_bytes + count_ * (wide_ ? 4 : 2);
   if (bytes != want) {
     release();
     bad(path, "header says " + std::to_string(count_) + " tokens (" + std::to_string(want) +
@@ -78,10 +86,10 @@ TokenFile::TokenFile(const std::string& path, int vocab_size, int min_tokens) : 
     bad(path, "holds " + std::to_string(count_) + " tokens, fewer than the " +
                   std::to_string(min_tokens) + " one sequence needs (model.seq_len + 1)");
   }
-  tokens_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(map_) + header_bytes);
-  std::uint16_t max_token = 0;
-  for (std::size_t i = 0; i < count_; ++i) max_token = std::max(max_token, tokens_[i]);
-  if (max_token >= vocab_size) {
+  tokens_ = static_cast<const char*>(map_) + header_bytes;
+  std::uint32_t max_token = 0;
+  for (std::size_t i = 0; i < count_; ++i) max_token = std::max(max_token, at(i));
+  if (max_token >= static_cast<std::uint32_t>(vocab_size)) {
     release();
     bad(path, "contains token " + std::to_string(max_token) + " but model.vocab_size = " +
                   std::to_string(vocab_size) + ": raise vocab_size or use matching data");

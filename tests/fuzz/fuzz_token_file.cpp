@@ -35,8 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         fuzz::finding("accepted a file with too few tokens", std::to_string(tf.size()));
       }
       for (std::size_t i = 0; i < tf.size(); ++i) {
-        if (tf.tokens()[i] >= m.vocab_size) {
-          fuzz::finding("accepted a token outside the vocabulary", std::to_string(tf.tokens()[i]));
+        if (tf.at(i) >= static_cast<std::uint32_t>(m.vocab_size)) {
+          fuzz::finding("accepted a token outside the vocabulary", std::to_string(tf.at(i)));
         }
       }
     } catch (const pt::Error& e) {

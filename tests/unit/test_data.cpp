@@ -31,7 +31,7 @@ protected:
 TEST_F(TokenData, RoundTrip) {
   const TokenFile f(path_, 256, 17);
   ASSERT_EQ(f.size(), tokens_.size());
-  for (std::size_t i = 0; i < tokens_.size(); ++i) ASSERT_EQ(f.tokens()[i], tokens_[i]);
+  for (std::size_t i = 0; i < tokens_.size(); ++i) ASSERT_EQ(f.at(i), tokens_[i]);
 }
 
 TEST_F(TokenData, VocabularyTooSmallIsRejected) {
