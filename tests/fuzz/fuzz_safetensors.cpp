@@ -53,8 +53,8 @@ struct Target {
     model.d_model = 8;
     model.seq_len = 4;
     model.vocab_size = 16;
-    stage = std::make_unique<pt::GptStage>(model, pt::StageSpec{true, true, 0, 1}, 1,
-                                           pt::TpGroup{}, kHostMemory);
+    stage = std::make_unique<pt::GptStage>(model, pt::StageSpec{true, true, 0, 1}, 1, pt::TpGroup{},
+                                           kHostMemory);
     dir = fuzz::temp_path("hf", "");
     ::mkdir(dir.c_str(), 0700);
     const char config[] = "{\"model_type\": \"gpt2\"}";
