@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -27,34 +26,12 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "fuzz_common.hpp"
+#include "host_memory.hpp"
 #include "model/partition.hpp"
 #include "optim/adamw.hpp"
 #include "util/errors.hpp"
 
 namespace {
-
-// The host backend's memory rules without its kernels (they are not built for fuzzing): buffers
-// in host memory (alloc null: on_host() is true, as on the host backend), copies by memcpy. The
-// loader reads into the buffers and calls no op; a call to one would be a null call, a finding.
-void host_copy(void* dst, const void* src, std::size_t bytes) {
-  std::memcpy(dst, src, bytes);
-}
-void host_synchronize() {}
-const char* no_blas() {
-  return "none";
-}
-std::size_t attention_floats(int B, int T, int /*C*/, int NH) {
-  return static_cast<std::size_t>(B) * NH * T * T;
-}
-const pt::Backend kHostMemory{.name = "host (memory only)",
-                              .alloc = nullptr,
-                              .release = nullptr,
-                              .copy = host_copy,
-                              .synchronize = host_synchronize,
-                              .blas_name = no_blas,
-                              .mark = nullptr,
-                              .seconds = nullptr,
-                              .attention_floats = attention_floats};
 
 // What a one-rank run holds when it resumes: config, layout, chunks and optimizers.
 struct Rank {
@@ -89,9 +66,10 @@ struct Rank {
     for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
       chunks.push_back(std::make_unique<pt::GptStage>(
           cfg.model, pt::stage_spec(layers, c * p + me), cfg.train.micro_batch,
-          pt::TpGroup{layout->coords().tp, layout->tp(), nullptr}, kHostMemory));
+          pt::TpGroup{layout->coords().tp, layout->tp(), nullptr}, fuzz::kHostMemory));
       chunks.back()->init_parameters(cfg.train.seed);
-      opts.push_back(std::make_unique<pt::AdamW>(chunks.back()->layout(), cfg.train, kHostMemory));
+      opts.push_back(
+          std::make_unique<pt::AdamW>(chunks.back()->layout(), cfg.train, fuzz::kHostMemory));
     }
     path = fuzz::temp_path("checkpoint", ".h5");
   }

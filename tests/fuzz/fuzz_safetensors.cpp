@@ -10,38 +10,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <sys/stat.h>
 
 #include "checkpoint/hf_import.hpp"
 #include "fuzz_common.hpp"
+#include "host_memory.hpp"
 #include "model/gpt_stage.hpp"
 #include "util/errors.hpp"
 
 namespace {
-
-void host_copy(void* dst, const void* src, std::size_t bytes) {
-  std::memcpy(dst, src, bytes);
-}
-void host_synchronize() {}
-const char* no_blas() {
-  return "none";
-}
-std::size_t attention_floats(int B, int T, int /*C*/, int NH) {
-  return static_cast<std::size_t>(B) * NH * T * T;
-}
-// the host's memory rules without its kernels (as fuzz_checkpoint.cpp): the loader calls no op
-const pt::Backend kHostMemory{.name = "host (memory only)",
-                              .alloc = nullptr,
-                              .release = nullptr,
-                              .copy = host_copy,
-                              .synchronize = host_synchronize,
-                              .blas_name = no_blas,
-                              .mark = nullptr,
-                              .seconds = nullptr,
-                              .attention_floats = attention_floats};
 
 struct Target {
   pt::ModelConfig model;
@@ -54,7 +33,7 @@ struct Target {
     model.seq_len = 4;
     model.vocab_size = 16;
     stage = std::make_unique<pt::GptStage>(model, pt::StageSpec{true, true, 0, 1}, 1, pt::TpGroup{},
-                                           kHostMemory);
+                                           fuzz::kHostMemory);
     dir = fuzz::temp_path("hf", "");
     ::mkdir(dir.c_str(), 0700);
     const char config[] = "{\"model_type\": \"gpt2\"}";
