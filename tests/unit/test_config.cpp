@@ -163,7 +163,8 @@ TEST(Config, ErrorsNameLineKeyAndFix) {
             std::string::npos);
   EXPECT_NE(error_of(kTiny, {"train.min_lr=1"}).find("train.min_lr = 1 is out of range"),
             std::string::npos);
-  EXPECT_NE(error_of(kTiny, {"model.vocab_size=70000"}).find("[2, 65536]"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"model.vocab_size=20000000"}).find("[2, 16777216]"),
+            std::string::npos);
   EXPECT_NE(error_of(kTiny, {"model.tie_embeddings=1"}).find("must be true or false"),
             std::string::npos);
   EXPECT_NE(error_of(kTiny, {"data.path=\"\""}).find("data.path is empty"), std::string::npos);
