@@ -8,6 +8,7 @@
 - --search ranks schedule "search" beside the named ones, never slower than 1F1B or ZB-H1 on the
   same layout (its budget, 1F1B's memory, admits both);
 - a machine file without a key is refused with exit 2 naming it;
+- llama-1b plans on 16 ranks, tensor-parallel degrees dividing its 8 key/value heads among them;
 - every shipped machine file (inputs/machines) plans gpt2-350m on 8 ranks."""
 import json
 import os
@@ -58,6 +59,13 @@ if not found or any(r["pp"] != 4 for r in searched):
     bad.append("--search gave no search rows")
 if any(found[key(r)] > r["step_time_s"] * (1 + 1e-9) for r in named if key(r) in found):
     bad.append("a search row is slower than 1f1b or zb-h1 on the same layout")
+# llama: the 1B deck plans (its FLOPs and memory per docs/models.md), tp within n_kv_head's divisors
+llama = json.loads(subprocess.run([exe, "plan", os.path.join(root, "inputs", "llama-1b.toml"),
+                                   "--ranks", "16", "--machine", a100, "--json", "--top", "1000"],
+                                  capture_output=True, text=True).stdout or "[]")
+print(f"llama-1b on 16 ranks: {len(llama)} layouts")
+if not llama or any(8 % r["tp"] for r in llama) or not any(r["tp"] > 1 for r in llama):
+    bad.append("llama-1b: no layouts, or a tp that does not divide its 8 key/value heads")
 with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
     f.write(open(a100).read().replace("memory_gib", "memory_gb"))
 broken = plan("--ranks", "8", "--machine", f.name)
