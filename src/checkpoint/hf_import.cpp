@@ -168,10 +168,9 @@ std::vector<float> assemble(Safetensors& st, const ModelConfig& m, const ParamTe
     const std::vector<long long> want = t.global_shape.size() == 1 ? std::vector<long long>{rows}
                                         : r.transposed ? std::vector<long long>{cols, rows}
                                                        : std::vector<long long>{rows, cols};
-    // GPT-2's position table may be longer than the deck's seq_len: its first rows are taken
-    const bool longer_wpe = t.name == "wpe" && e->shape.size() == 2 && e->shape[1] == cols &&
-                            e->shape[0] >= t.global_shape[0];
-    if (e->shape != want && !longer_wpe) {
+    // the rows are counted from the data, so this checks the columns and the dimensions; the
+    // row counts are checked by the total below
+    if (e->shape != want) {
       std::ostringstream os;
       os << dir << "/model.safetensors: " << piece << " has " << e->shape.size()
          << " dimensions of sizes";
@@ -180,7 +179,10 @@ std::vector<float> assemble(Safetensors& st, const ModelConfig& m, const ParamTe
          << ": check model.d_model, n_head, n_kv_head, ffn_hidden, vocab_size and seq_len";
       throw input_error(os.str());
     }
-    if (longer_wpe) x.resize(static_cast<std::size_t>(t.global_shape[0] * cols));
+    // GPT-2's position table may be longer than the deck's seq_len: its first rows are taken
+    if (t.name == "wpe" && rows > t.global_shape[0]) {
+      x.resize(static_cast<std::size_t>(t.global_shape[0] * cols));
+    }
     if (r.transposed) { // (cols, rows) stored: pipetrain's (rows, cols)
       std::vector<float> y(x.size());
       for (long long i = 0; i < rows; ++i) {
