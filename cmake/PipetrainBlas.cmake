@@ -48,3 +48,4 @@ else()
   message(FATAL_ERROR "PIPETRAIN_BLAS=${PIPETRAIN_BLAS}: expected auto|onednn|openblas|blis|generic")
 endif()
 message(STATUS "pipetrain host GEMM: ${_pt_blas}")
+set(PT_BLAS "${_pt_blas}") # the BLAS chosen: onednn, openblas, blis or generic

@@ -1,7 +1,21 @@
 # Finds Kokkos and repairs Debian's libtrilinos-kokkos-dev, whose exported Kokkos::kokkos target
 # names an include directory that does not exist (/usr/lib/include). A normal Kokkos install
 # (Spack, source build) has a correct target and is left untouched.
-find_package(Kokkos REQUIRED)
+# Search order: -DKokkos_ROOT / Kokkos_DIR (a site's Kokkos), then the threaded one that
+# tools/setup-kokkos builds, then the system's (Debian's is Serial only).
+find_package(Kokkos REQUIRED HINTS /opt/pipetrain/kokkos)
+# The host backend decides whether a rank can run threads (docs/architecture.md)
+set(PT_KOKKOS_THREADED OFF)
+if("OPENMP" IN_LIST Kokkos_DEVICES OR "THREADS" IN_LIST Kokkos_DEVICES
+   OR "PTHREAD" IN_LIST Kokkos_DEVICES)
+  set(PT_KOKKOS_THREADED ON)
+  message(STATUS "Kokkos ${Kokkos_VERSION} (${Kokkos_DIR}): host backends ${Kokkos_DEVICES}: "
+                 "threads per rank (device.threads) available")
+else()
+  message(WARNING "Kokkos ${Kokkos_VERSION} (${Kokkos_DIR}) has no threaded host backend "
+                  "(${Kokkos_DEVICES}): every rank will run one thread. tools/setup-kokkos "
+                  "builds one with OpenMP; or configure with -DKokkos_ROOT=DIR")
+endif()
 
 get_target_property(_pt_kokkos_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
 set(_pt_kokkos_fixed "")

@@ -43,3 +43,11 @@ usage_if_no_deck() {
     exit 2
   fi
 }
+
+# threads_per_rank N: the OpenMP environment of ranks of N threads each (pipetrain reads
+# OMP_NUM_THREADS when device.threads is 0; OMP_PLACES/OMP_PROC_BIND keep each thread on one
+# core of its rank's). The launcher must give every rank N cores (docs/running.md); pipetrain's
+# layout table shows each rank's cores and warns when they are fewer than its threads.
+threads_per_rank() {
+  export OMP_NUM_THREADS="$1" OMP_PLACES=cores OMP_PROC_BIND=close
+}

@@ -52,6 +52,8 @@ struct Backend {
   // Floats of the att buffer attention_forward fills for its backward: B*NH*T*T (the
   // probabilities) on the host; a GPU's flash kernels keep less (kernels/cuda/ops_cuda.hpp).
   std::size_t (*attention_floats)(int B, int T, int C, int NH);
+  // Floats of attention_backward's scratch: a (T,T) tile per thread on the host (at most B*NH).
+  std::size_t (*attention_scratch)(int B, int T, int NH);
 
 #define PT_BACKEND_FIELD(op) decltype(&ops::op) op;
   PT_BACKEND_OPS(PT_BACKEND_FIELD)

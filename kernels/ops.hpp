@@ -16,8 +16,26 @@ namespace pt::ops {
 // ---- backend control ------------------------------------------------------------------------
 // Name of the BLAS this build calls ("openblas", "blis", ...).
 const char* blas_name();
-// Threads the BLAS may use (one rank per core: 1).
-void set_blas_threads(int n);
+// Whether this build's Kokkos has a threaded host backend (OpenMP or Threads), and its name.
+bool host_threads_available();
+const char* host_space_name();
+// The host threads of this rank, for the lifetime of the object (one per process): Kokkos' host
+// execution space started with n threads (1 without a threaded backend) and the BLAS kept to one
+// thread. Every op then gives the same bits at any n: loops write each output from one
+// iteration, reductions combine fixed chunks in a fixed order, and products split their output
+// into blocks fixed by the shape (never the inner dimension) that the threads take.
+class HostThreads {
+public:
+  explicit HostThreads(int n);
+  ~HostThreads();
+  HostThreads(const HostThreads&) = delete;
+  HostThreads& operator=(const HostThreads&) = delete;
+};
+// Threads of the running host execution space.
+int host_threads();
+// Floats of the host attention_backward's scratch: a (T,T) tile for each pair of (batch row,
+// head) that runs at once, at most one per thread.
+std::size_t attention_scratch_floats(int B, int T, int NH);
 
 // ---- optimizer ------------------------------------------------------------------------------
 // One AdamW step on n parameters (decoupled decay: p -= lr*wd*p before the Adam update).

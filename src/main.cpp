@@ -2,19 +2,19 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
-#include <Kokkos_Core.hpp>
 
 #include <pthread.h>
 
 #include <csignal>
 #include <cstdio>
 #include <string>
-#include <vector>
 
 #include "comm/layout.hpp"
+#include "comm/placement.hpp"
 #include "config/deck_keys.hpp"
 #include "config/load_deck.hpp"
 #include "engine/trainer.hpp"
+#include "ops.hpp"
 #include "plan/planner.hpp"
 #include "schedule/cli.hpp"
 #include "util/errors.hpp"
@@ -34,9 +34,11 @@ int world_rank() {
 // Every rank runs this; only rank 0 prints. Returns the process exit code.
 int run(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "plan") {
+    const pt::ops::HostThreads threads(1);
     return world_rank() == 0 ? pt::plan_main(argc - 1, argv + 1) : 0;
   }
   if (argc > 1 && std::string(argv[1]) == "schedule") {
+    const pt::ops::HostThreads threads(1);
     return world_rank() == 0 ? pt::schedule_main(argc - 1, argv + 1) : 0;
   }
   if (argc > 1 && std::string(argv[1]) == "keys") { // the key reference of docs/deck.md
@@ -46,8 +48,7 @@ int run(int argc, char** argv) {
   CLI::App app{"pipetrain: pipeline/data/tensor-parallel GPT training on MPI clusters.\n"
                "Usage: mpirun -np N pipetrain DECK.toml [section.key=value ...]"};
   app.footer("Every deck key: pipetrain keys (docs/deck.md). The planner: pipetrain plan --help. "
-             "Schedules: pipetrain schedule --help.\n"
-             "Kokkos' own options (threads, devices): pipetrain --kokkos-help");
+             "Schedules: pipetrain schedule --help. Threads per rank: device.threads.");
   app.set_version_flag("--version", std::string("pipetrain ") + PIPETRAIN_VERSION);
   std::string deck;
   std::vector<std::string> overrides;
@@ -80,10 +81,15 @@ int run(int argc, char** argv) {
   }
 
   try {
-    const pt::RunConfig cfg = pt::load_deck(MPI_COMM_WORLD, deck, overrides);
+    pt::RunConfig cfg = pt::load_deck(MPI_COMM_WORLD, deck, overrides);
     const pt::Layout layout(MPI_COMM_WORLD, cfg.parallel, cfg.comm);
+    // Kokkos starts once the threads of this rank are known (its OpenMP pool is fixed then)
+    const pt::Placement placement =
+        pt::place_threads(MPI_COMM_WORLD, cfg.device.threads, pt::ops::host_threads_available());
+    cfg.device.threads = placement.threads;
+    const pt::ops::HostThreads threads(placement.threads);
     const pt::Plan plan = pt::make_plan(cfg, layout, !validate_only);
-    pt::print_plan(cfg, layout, plan);
+    pt::print_plan(cfg, layout, placement, plan);
     pt::check_fit(cfg, layout, plan);
     if (validate_only) {
       if (root) std::printf("deck and layout are valid for %d rank(s)\n", layout.size());
@@ -120,32 +126,11 @@ int main(int argc, char** argv) {
   // comm.overlap = "thread" reduces gradients from a second thread
   int provided = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  // --help and -h are pipetrain's: Kokkos, which would print its own options for them, sees
-  // the rest (its options: --kokkos-help)
-  static char help_flag[] = "--help";
-  std::vector<char*> args;
-  bool help = false, kokkos_help = false;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    kokkos_help = kokkos_help || a == "--kokkos-help";
-    if (i > 0 && (a == "--help" || a == "-h")) {
-      help = true;
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  int nargs = static_cast<int>(args.size());
-  args.push_back(nullptr);
-  args.push_back(nullptr);
   int code = 0;
-  {
-    Kokkos::ScopeGuard kokkos(nargs, args.data()); // removes the --kokkos-* options it took
-    if (help) args[static_cast<std::size_t>(nargs++)] = help_flag;
-    try {
-      if (!kokkos_help) code = run(nargs, args.data());
-    } catch (const std::exception& e) {
-      pt::fatal(std::string("unexpected error: ") + e.what());
-    }
+  try {
+    code = run(argc, argv);
+  } catch (const std::exception& e) {
+    pt::fatal(std::string("unexpected error: ") + e.what());
   }
   std::fflush(stdout);
   std::fflush(stderr);

@@ -10,6 +10,12 @@ void synchronize() { // the table's: also starts the markers' numbers over (Back
   cuda_ops::restart_marks();
 }
 
+// attention_backward uses device scratch of its own (kernels/cuda/ops_cuda.hpp); the table's
+// (T,T) tile is kept as before
+std::size_t attention_scratch(int /*B*/, int T, int /*NH*/) {
+  return static_cast<std::size_t>(T) * T;
+}
+
 } // namespace
 
 const Backend& start(int device, const std::string& precision) {
@@ -24,6 +30,7 @@ const Backend& start(int device, const std::string& precision) {
                              .mark = cuda_ops::mark,
                              .seconds = cuda_ops::seconds,
                              .attention_floats = cuda_ops::attention_floats,
+                             .attention_scratch = attention_scratch,
 #define PT_CUDA_OP(op) .op = cuda_ops::op,
                              PT_BACKEND_OPS(PT_CUDA_OP)
 #undef PT_CUDA_OP

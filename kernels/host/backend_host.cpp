@@ -54,6 +54,7 @@ const Backend& host_backend() {
                              .mark = nullptr,
                              .seconds = nullptr,
                              .attention_floats = attention_floats,
+                             .attention_scratch = ops::attention_scratch_floats,
 #define PT_HOST_OP(op) .op = ops::op,
                              PT_BACKEND_OPS(PT_HOST_OP)
 #undef PT_HOST_OP

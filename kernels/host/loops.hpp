@@ -11,9 +11,29 @@ namespace pt::ops::detail {
 
 using HostSpace = Kokkos::DefaultHostExecutionSpace;
 
-// Runs f(i) for i in [0, n) on the host execution space.
+// Runs f(i) for i in [0, n) on the host execution space (on the calling thread when n < 2, or
+// inside another parallel loop: Kokkos runs a nested loop there).
 template <class F> void par_for(const char* name, std::size_t n, const F& f) {
+  if (n < 2) {
+    if (n == 1) f(0);
+    return;
+  }
   Kokkos::parallel_for(name, Kokkos::RangePolicy<HostSpace>(0, n), f);
+}
+
+// Loops over fewer floats than this run on the calling thread: waking the other threads costs
+// more than they save (measured: a row loop breaks even at 16-32 K floats on 2 threads;
+// docs/architecture.md, "Host threads").
+constexpr std::size_t kSerialBelow = 16384;
+
+// f(i) for each of `rows` items of `width` floats each (a row's length).
+template <class F>
+void par_rows(const char* name, std::size_t rows, std::size_t width, const F& f) {
+  if (rows * width < kSerialBelow) {
+    for (std::size_t i = 0; i < rows; ++i) f(i);
+    return;
+  }
+  par_for(name, rows, f);
 }
 
 // Runs f(begin, end) over chunks of [0, n): the inner loop stays a plain loop the compiler can
@@ -21,7 +41,7 @@ template <class F> void par_for(const char* name, std::size_t n, const F& f) {
 constexpr std::size_t kChunk = 8192;
 template <class F> void par_chunks(const char* name, std::size_t n, const F& f) {
   const std::size_t chunks = (n + kChunk - 1) / kChunk;
-  par_for(name, chunks, [=](std::size_t c) {
+  par_rows(name, chunks, kChunk, [=](std::size_t c) {
     const std::size_t begin = c * kChunk;
     f(begin, std::min(n, begin + kChunk));
   });

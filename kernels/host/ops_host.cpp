@@ -5,20 +5,14 @@
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <vector>
 
 #include "bf16.hpp"
 #include "host/fast_math.hpp"
 #include "host/gemm.hpp"
 #include "host/loops.hpp"
-
-#if defined(PT_BLAS_ONEDNN)
-// threads come from OpenMP (omp_set_num_threads)
-#elif defined(PT_BLAS_OPENBLAS)
-extern "C" void openblas_set_num_threads(int);
-#elif defined(PT_BLAS_BLIS)
-extern "C" void bli_thread_set_num_threads(long);
-#endif
 
 namespace pt::ops {
 namespace {
@@ -29,6 +23,7 @@ using detail::gemm;
 using detail::par_chunks;
 using detail::par_col_blocks;
 using detail::par_for;
+using detail::par_rows;
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
@@ -48,23 +43,11 @@ const char* blas_name() {
 #endif
 }
 
-void set_blas_threads(int n) {
-#if defined(PT_BLAS_ONEDNN)
-  omp_set_num_threads(n);
-#elif defined(PT_BLAS_OPENBLAS)
-  openblas_set_num_threads(n);
-#elif defined(PT_BLAS_BLIS)
-  bli_thread_set_num_threads(n);
-#else
-  (void)n;
-#endif
-}
-
 // ---- embedding ------------------------------------------------------------------------------
 
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                      int T, int C, int v_begin, int v_end) {
-  par_for("encoder_forward", static_cast<std::size_t>(B) * T, [=](std::size_t bt) {
+  par_rows("encoder_forward", static_cast<std::size_t>(B) * T, C, [=](std::size_t bt) {
     const int t = static_cast<int>(bt % T);
     const int tok = tokens[bt];
     float* o = out + bt * C;
@@ -109,7 +92,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int N, int C) {
-  par_for("layernorm_forward", N, [=](std::size_t n) {
+  par_rows("layernorm_forward", N, C, [=](std::size_t n) {
     const float* x = inp + n * C;
     float s = 0.0f;
     for (int c = 0; c < C; ++c) s += x[c];
@@ -126,7 +109,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w,
                               const float* mean, const float* rstd, int N, int C) {
-  par_for("layernorm_backward_input", N, [=](std::size_t n) {
+  par_rows("layernorm_backward_input", N, C, [=](std::size_t n) {
     const float* x = inp + n * C;
     const float* d = dout + n * C;
     const float m = mean[n];
@@ -170,7 +153,7 @@ void matmul_forward(float* out, const float* inp, const float* w, const float* b
                     int OC) {
   float beta = 0.0f;
   if (bias != nullptr) {
-    par_for("matmul_bias", N, [=](std::size_t n) {
+    par_rows("matmul_bias", N, OC, [=](std::size_t n) {
       float* o = out + n * OC;
       for (int k = 0; k < OC; ++k) o[k] = bias[k];
     });
@@ -204,72 +187,89 @@ void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, co
 
 // ---- attention ------------------------------------------------------------------------------
 
+namespace {
+
+// Causal softmax of row i of a (T,T) score tile, in place; the upper triangle zeroed.
+void causal_softmax_row(float* row, std::size_t i, std::size_t T) {
+  float mx = row[0];
+  for (std::size_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+  float s = 0.0f;
+  for (std::size_t j = 0; j <= i; ++j) {
+    row[j] = fast_exp(row[j] - mx);
+    s += row[j];
+  }
+  const float inv = 1.0f / s;
+  for (std::size_t j = 0; j <= i; ++j) row[j] *= inv;
+  for (std::size_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+}
+
+} // namespace
+
+std::size_t attention_scratch_floats(int B, int T, int NH) {
+  const auto pairs = static_cast<std::size_t>(B) * NH;
+  return std::min(pairs, static_cast<std::size_t>(host_threads())) * T * T;
+}
+
+// The (b,h) pairs run in parallel, each on one thread with single-threaded products inside
+// (the gemm blocks of a nested loop run on the calling thread).
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   const int HS = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  // One (b,h) pair at a time: each step is two GEMMs plus a row softmax over a (T,T) tile.
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const float* q = qkv + static_cast<std::size_t>(b) * T * C3 + h * HS;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* p = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
-      // scores (T,T) = q (T,HS) @ k^T * scale
-      gemm(false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, p, T);
-      par_for("attention_softmax", T, [=](std::size_t i) {
-        float* row = p + i * T;
-        float mx = row[0];
-        for (std::size_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
-        float s = 0.0f;
-        for (std::size_t j = 0; j <= i; ++j) {
-          row[j] = fast_exp(row[j] - mx);
-          s += row[j];
-        }
-        const float inv = 1.0f / s;
-        for (std::size_t j = 0; j <= i; ++j) row[j] *= inv;
-        for (std::size_t j = i + 1; j < static_cast<std::size_t>(T); ++j) row[j] = 0.0f;
-      });
-      float* o = out + static_cast<std::size_t>(b) * T * C + h * HS;
-      gemm(false, false, T, HS, T, 1.0f, p, T, v, C3, 0.0f, o, C);
-    }
-  }
+  par_for("attention_forward", static_cast<std::size_t>(B) * NH, [=](std::size_t bh) {
+    const auto b = bh / NH, h = bh % NH;
+    const float* q = qkv + b * T * C3 + h * HS;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* p = att + bh * T * T;
+    // scores (T,T) = q (T,HS) @ k^T * scale
+    gemm(false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, p, T);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(T); ++i)
+      causal_softmax_row(p + i * T, i, T);
+    gemm(false, false, T, HS, T, 1.0f, p, T, v, C3, 0.0f, out + b * T * C + h * HS, C);
+  });
 }
 
+// scratch: attention_scratch_floats(B, T, NH) floats, one (T,T) tile per lane; lane l takes the
+// pairs l, l + lanes, ...: which lane computes a pair never changes its result.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH) {
   const int HS = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  float* ds = scratch; // (T,T): d probabilities, then d scores
-  for (int b = 0; b < B; ++b) {
-    for (int h = 0; h < NH; ++h) {
-      const std::size_t qoff = static_cast<std::size_t>(b) * T * C3 + h * HS;
+  const auto pairs = static_cast<std::size_t>(B) * NH;
+  const std::size_t TT = static_cast<std::size_t>(T) * T;
+  const std::size_t lanes = attention_scratch_floats(B, T, NH) / TT;
+  par_for("attention_backward", lanes, [=](std::size_t lane) {
+    float* ds = scratch + lane * TT; // (T,T): d probabilities, then d scores
+    for (std::size_t bh = lane; bh < pairs; bh += lanes) {
+      const auto b = bh / NH, h = bh % NH;
+      const std::size_t qoff = b * T * C3 + h * HS;
       const float* q = qkv + qoff;
       const float* k = q + C;
       const float* v = q + 2 * C;
       float* dq = dqkv + qoff;
       float* dk = dq + C;
       float* dv = dq + 2 * C;
-      const float* p = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
-      const float* dout_h = dout + static_cast<std::size_t>(b) * T * C + h * HS;
+      const float* p = att + bh * TT;
+      const float* dout_h = dout + b * T * C + h * HS;
       // dP (T,T) = dout_h (T,HS) @ v^T ;  dv = P^T @ dout_h
       gemm(false, true, T, T, HS, 1.0f, dout_h, C, v, C3, 0.0f, ds, T);
       gemm(true, false, T, HS, T, 1.0f, p, T, dout_h, C, 0.0f, dv, C3);
       // softmax backward, row by row: dS = P * (dP - sum_j P dP)
-      par_for("attention_softmax_backward", T, [=](std::size_t i) {
+      for (std::size_t i = 0; i < static_cast<std::size_t>(T); ++i) {
         const float* prow = p + i * T;
         float* drow = ds + i * T;
         float dot = 0.0f;
         for (std::size_t j = 0; j <= i; ++j) dot += prow[j] * drow[j];
         for (std::size_t j = 0; j <= i; ++j) drow[j] = prow[j] * (drow[j] - dot);
         for (std::size_t j = i + 1; j < static_cast<std::size_t>(T); ++j) drow[j] = 0.0f;
-      });
+      }
       // scores = scale * q k^T  =>  dq = scale dS @ k ; dk = scale dS^T @ q
       gemm(false, false, T, HS, T, scale, ds, T, k, C3, 0.0f, dq, C3);
       gemm(true, false, T, HS, T, scale, ds, T, q, C3, 0.0f, dk, C3);
     }
-  }
+  });
 }
 
 // ---- elementwise ----------------------------------------------------------------------------
@@ -333,32 +333,57 @@ void unpack_bf16(float* out, const std::uint16_t* x, std::size_t n) {
              [=](std::size_t i0, std::size_t i1) { bf16::unpack(out + i0, x + i0, i1 - i0); });
 }
 
-double sum_squares(const float* x, std::size_t n) {
+namespace {
+
+// The float sums of squares of every kChunk-float chunk of `count` arrays, in one parallel loop;
+// first[i] is array i's first chunk (first[count]: all of them).
+std::vector<float> chunk_sums_of_squares(const float* x, const std::size_t* offsets,
+                                         const std::size_t* sizes, int count,
+                                         std::vector<std::size_t>& first) {
   using detail::kChunk;
-  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+  first.assign(static_cast<std::size_t>(count) + 1, 0);
+  for (int i = 0; i < count; ++i) first[i + 1] = first[i] + (sizes[i] + kChunk - 1) / kChunk;
+  std::vector<float> part(first.back());
+  const std::size_t* f = first.data();
+  float* out = part.data();
+  par_rows("sum_squares", part.size(), kChunk, [=](std::size_t c) {
+    const auto i = static_cast<std::size_t>(std::upper_bound(f, f + count + 1, c) - f - 1);
+    const std::size_t begin = (c - f[i]) * kChunk;
+    const std::size_t end = std::min(sizes[i], begin + kChunk);
+    const float* xi = x + offsets[i];
+    float sum = 0.0f;
+    for (std::size_t j = begin; j < end; ++j) sum += xi[j] * xi[j];
+    out[c] = sum;
+  });
+  return part;
+}
+
+} // namespace
+
+// Chunks summed in float, the chunks' sums added in double in chunk order: the same bits at any
+// thread count.
+double sum_squares(const float* x, std::size_t n) {
   double total = 0.0;
-  Kokkos::parallel_reduce(
-      "sum_squares", Kokkos::RangePolicy<detail::HostSpace>(0, chunks),
-      [=](std::size_t c, double& acc) {
-        const std::size_t i1 = std::min(n, (c + 1) * kChunk);
-        float part = 0.0f; // one chunk in float, chunks summed in double
-        for (std::size_t i = c * kChunk; i < i1; ++i) part += x[i] * x[i];
-        acc += part;
-      },
-      total);
+  sum_squares_each(&total, x, std::array<std::size_t, 1>{0}.data(), &n, 1);
   return total;
 }
 
 void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
                       const std::size_t* sizes, int count) {
-  for (int i = 0; i < count; ++i) out[i] = sum_squares(x + offsets[i], sizes[i]);
+  std::vector<std::size_t> first;
+  const std::vector<float> part = chunk_sums_of_squares(x, offsets, sizes, count, first);
+  for (int i = 0; i < count; ++i) {
+    double total = 0.0;
+    for (std::size_t c = first[i]; c < first[i + 1]; ++c) total += part[c];
+    out[i] = total;
+  }
 }
 
 // ---- loss -----------------------------------------------------------------------------------
 
 void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
                           int N, int V) {
-  par_for("crossentropy_forward", N, [=](std::size_t n) {
+  par_rows("crossentropy_forward", N, V, [=](std::size_t n) {
     const float* z = logits + n * V;
     float* p = probs + n * V;
     const float z_target = z[targets[n]]; // read before p may overwrite z (in-place use)
@@ -378,7 +403,7 @@ void crossentropy_forward(float* losses, float* probs, const float* logits, cons
 
 void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
                            int N, int V, int v_begin) {
-  par_for("crossentropy_backward", N, [=](std::size_t n) {
+  par_rows("crossentropy_backward", N, V, [=](std::size_t n) {
     const float* p = probs + n * V;
     float* d = dlogits + n * V;
     for (int i = 0; i < V; ++i) d[i] = p[i] * dloss;
@@ -394,7 +419,7 @@ void crossentropy_forward_backward(float* losses, float* dlogits, const float* l
 }
 
 void row_max(float* mx, const float* x, int N, int V) {
-  par_for("row_max", N, [=](std::size_t n) {
+  par_rows("row_max", N, V, [=](std::size_t n) {
     const float* z = x + n * V;
     float m = z[0];
     for (int i = 1; i < V; ++i) m = std::max(m, z[i]);
@@ -403,14 +428,14 @@ void row_max(float* mx, const float* x, int N, int V) {
 }
 
 void gather_target(float* z, const float* x, const int32_t* targets, int N, int V, int v_begin) {
-  par_for("gather_target", N, [=](std::size_t n) {
+  par_rows("gather_target", N, 1, [=](std::size_t n) {
     const int t = targets[n] - v_begin;
     z[n] = (t >= 0 && t < V) ? x[n * V + static_cast<std::size_t>(t)] : 0.0f;
   });
 }
 
 void softmax_exp(float* p, float* sum, const float* x, const float* mx, int N, int V) {
-  par_for("softmax_exp", N, [=](std::size_t n) {
+  par_rows("softmax_exp", N, V, [=](std::size_t n) {
     const float* z = x + n * V;
     float* q = p + n * V;
     float s = 0.0f;
@@ -424,7 +449,7 @@ void softmax_exp(float* p, float* sum, const float* x, const float* mx, int N, i
 
 void crossentropy_finish(float* losses, float* p, const float* sum, const float* mx,
                          const float* z_target, int N, int V) {
-  par_for("crossentropy_finish", N, [=](std::size_t n) {
+  par_rows("crossentropy_finish", N, V, [=](std::size_t n) {
     float* q = p + n * V;
     const float inv = 1.0f / sum[n];
     for (int i = 0; i < V; ++i) q[i] *= inv;
@@ -434,39 +459,37 @@ void crossentropy_finish(float* losses, float* p, const float* sum, const float*
 
 // ---- optimizer ------------------------------------------------------------------------------
 
-namespace {
-
-void adamw_segment(float* param, float* m, float* v, const float* grad, std::size_t n,
-                   const AdamWStep& s) {
-  // Same operation order as torch.optim.AdamW (decay, moments, bias-corrected step).
-  const float decay = 1.0f - s.lr * s.weight_decay;
-  const float step_size = static_cast<float>(s.lr / (1.0 - s.beta1_t));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - s.beta2_t));
-  par_chunks("adamw_update", n, [=](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) {
-      const float g = grad[i] * s.grad_scale;
-      float p = param[i] * decay;
-      const float mi = m[i] + (1.0f - s.beta1) * (g - m[i]);
-      const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
-      p -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + s.eps);
-      param[i] = p;
-      m[i] = mi;
-      v[i] = vi;
-    }
-  });
-}
-
-} // namespace
-
+// Every segment's chunks in one parallel loop. Same operation order as torch.optim.AdamW (decay,
+// moments, bias-corrected step).
 void adamw_update(float* param, float* m, float* v, const float* grad, const AdamWSegment* segments,
                   int count, const AdamWStep& s) {
-  for (int k = 0; k < count; ++k) {
+  using detail::kChunk;
+  std::vector<std::size_t> first(static_cast<std::size_t>(count) + 1, 0);
+  for (int k = 0; k < count; ++k)
+    first[k + 1] = first[k] + (segments[k].size + kChunk - 1) / kChunk;
+  const std::size_t* f = first.data();
+  const float step_size = static_cast<float>(s.lr / (1.0 - s.beta1_t));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - s.beta2_t));
+  par_rows("adamw_update", first.back(), kChunk, [=](std::size_t c) {
+    const auto k = static_cast<std::size_t>(std::upper_bound(f, f + count + 1, c) - f - 1);
     const AdamWSegment& g = segments[k];
-    AdamWStep sk = s;
-    if (!g.decay) sk.weight_decay = 0.0f;
-    adamw_segment(param + g.param_offset, m + g.state_offset, v + g.state_offset,
-                  grad + g.state_offset, g.size, sk);
-  }
+    const float decay = g.decay ? 1.0f - s.lr * s.weight_decay : 1.0f;
+    const std::size_t begin = (c - f[k]) * kChunk, end = std::min(g.size, begin + kChunk);
+    float* p = param + g.param_offset;
+    float* mk = m + g.state_offset;
+    float* vk = v + g.state_offset;
+    const float* gk = grad + g.state_offset;
+    for (std::size_t i = begin; i < end; ++i) {
+      const float gi = gk[i] * s.grad_scale;
+      float pi = p[i] * decay;
+      const float mi = mk[i] + (1.0f - s.beta1) * (gi - mk[i]);
+      const float vi = s.beta2 * vk[i] + (1.0f - s.beta2) * gi * gi;
+      pi -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + s.eps);
+      p[i] = pi;
+      mk[i] = mi;
+      vk[i] = vi;
+    }
+  });
 }
 
 } // namespace pt::ops

@@ -10,13 +10,13 @@
 namespace pt::ops {
 
 using detail::par_col_blocks;
-using detail::par_for;
+using detail::par_rows;
 
 // ---- RMSNorm ---------------------------------------------------------------------------------
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, float eps, int N,
                      int C) {
-  par_for("rmsnorm_forward", N, [=](std::size_t n) {
+  par_rows("rmsnorm_forward", N, C, [=](std::size_t n) {
     const float* x = inp + n * C;
     float ss = 0.0f;
     for (int c = 0; c < C; ++c) ss += x[c] * x[c];
@@ -30,7 +30,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, 
 // y = x r w with r = (mean(x^2) + eps)^(-1/2): dx = r (g - x r^2 mean(g x)), g = dy w
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* w,
                             const float* rstd, int N, int C) {
-  par_for("rmsnorm_backward_input", N, [=](std::size_t n) {
+  par_rows("rmsnorm_backward_input", N, C, [=](std::size_t n) {
     const float* x = inp + n * C;
     const float* d = dout + n * C;
     const float r = rstd[n];
@@ -80,7 +80,7 @@ void rope(float* x, int N, int T, int stride, int heads, int HD, float theta, fl
   const float* c = cs.data();
   const float* s = sn.data();
   const int half = HD / 2;
-  par_for("rope", N, [=](std::size_t n) {
+  par_rows("rope", N, stride, [=](std::size_t n) {
     const std::size_t t = n % static_cast<std::size_t>(T);
     for (int h = 0; h < heads; ++h) {
       float* v = x + n * stride + static_cast<std::size_t>(h) * HD;
@@ -108,7 +108,7 @@ void rope_backward(float* x, int N, int T, int stride, int heads, int HD, float 
 
 void kv_expand(float* full, const float* packed, int N, int NH, int NKV, int HD) {
   const int group = NH / NKV, in_row = (NH + 2 * NKV) * HD, out_row = 3 * NH * HD;
-  par_for("kv_expand", N, [=](std::size_t n) {
+  par_rows("kv_expand", N, in_row + out_row, [=](std::size_t n) {
     const float* src = packed + n * in_row;
     float* dst = full + n * out_row;
     for (int i = 0; i < NH * HD; ++i) dst[i] = src[i];
@@ -124,7 +124,7 @@ void kv_expand(float* full, const float* packed, int N, int NH, int NKV, int HD)
 
 void kv_reduce(float* packed, const float* full, int N, int NH, int NKV, int HD) {
   const int group = NH / NKV, out_row = (NH + 2 * NKV) * HD, in_row = 3 * NH * HD;
-  par_for("kv_reduce", N, [=](std::size_t n) {
+  par_rows("kv_reduce", N, in_row + out_row, [=](std::size_t n) {
     const float* src = full + n * in_row;
     float* dst = packed + n * out_row;
     for (int i = 0; i < NH * HD; ++i) dst[i] = src[i];
@@ -144,7 +144,7 @@ void kv_reduce(float* packed, const float* full, int N, int NH, int NKV, int HD)
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
 void swiglu_forward(float* out, const float* inp, int N, int F) {
-  par_for("swiglu_forward", N, [=](std::size_t n) {
+  par_rows("swiglu_forward", N, 3 * F, [=](std::size_t n) {
     const float* g = inp + n * 2 * F;
     const float* u = g + F;
     float* o = out + n * F;
@@ -154,7 +154,7 @@ void swiglu_forward(float* out, const float* inp, int N, int F) {
 
 // d gate = dout u s (1 + g (1 - s)), s = sigmoid(g); d up = dout silu(g)
 void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
-  par_for("swiglu_backward", N, [=](std::size_t n) {
+  par_rows("swiglu_backward", N, 5 * F, [=](std::size_t n) {
     const float* g = inp + n * 2 * F;
     const float* u = g + F;
     const float* d = dout + n * F;

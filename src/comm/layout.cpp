@@ -118,19 +118,25 @@ Layout::~Layout() {
   }
 }
 
-std::string Layout::table() const {
+std::string Layout::table(const Placement* placement) const {
   if (rank_ != 0) return {};
   std::ostringstream os;
   os << "layout: pp " << pp_ << " x dp " << dp_ << " x tp " << tp_ << " = " << size_ << " ranks on "
      << nodes_ << " node(s)\n";
-  os << "  rank  node  pp  dp  tp  host\n";
+  const bool placed = placement != nullptr && placement->cores.size() == hosts_.size();
+  os << "  rank  node  pp  dp  tp  " << (placed ? "threads  cores           " : "") << "host\n";
   constexpr int kShown = 64; // a big job prints the first ranks only
   for (int r = 0; r < size_ && r < kShown; ++r) {
     const Coords c = coords_of(r, pp_, dp_, tp_);
     char line[256];
-    std::snprintf(line, sizeof line, "  %4d  %4d  %2d  %2d  %2d  %s\n", r,
-                  node_of_[static_cast<std::size_t>(r)], c.pp, c.dp, c.tp,
-                  hosts_[static_cast<std::size_t>(r)].c_str());
+    const auto i = static_cast<std::size_t>(r);
+    char place[96] = "";
+    if (placed) {
+      std::snprintf(place, sizeof place, "%7d  %-14s  ", placement->threads_of[i],
+                    placement->cores[i].c_str());
+    }
+    std::snprintf(line, sizeof line, "  %4d  %4d  %2d  %2d  %2d  %s%s\n", r, node_of_[i], c.pp,
+                  c.dp, c.tp, place, hosts_[i].c_str());
     os << line;
   }
   if (size_ > kShown) os << "  ... " << (size_ - kShown) << " more ranks\n";

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/placement.hpp"
 #include "config/run_config.hpp"
 
 namespace pt {
@@ -56,8 +57,9 @@ public:
   int dp_nodes() const { return dp_nodes_; }
   int dp_node_size() const { return dp_node_size_; }
 
-  // The table of rank -> host, node, pp/dp/tp (rank 0 holds it; others get an empty string).
-  std::string table() const;
+  // The table of rank -> host, node, pp/dp/tp and, given a placement, each rank's cores and
+  // threads (rank 0 holds it; others get an empty string).
+  std::string table(const Placement* placement = nullptr) const;
   // Warnings about the placement (a tp group across nodes), for rank 0 to print; empty if none.
   const std::string& warnings() const { return warnings_; }
 

@@ -401,8 +401,10 @@ std::vector<DeckKey> make_table() {
              {"fp32; bf16: activations, their gradients and pipeline messages stored in bfloat16, "
               "weights, gradients and optimizer state fp32 (docs/precision.md; on CUDA the "
               "products' inputs in bf16 too); tf32: CUDA only, products on tensor cores"}),
-      integer("device", "blas_threads", &RC::device, &V::blas_threads, 0, 1024,
-              {"GEMM threads per rank; 0: cores of the node / ranks on the node"}),
+      integer("device", "threads", &RC::device, &V::threads, 0, 1024,
+              {"host threads per rank (Kokkos and the products alike; results are the same at "
+               "any count); 0: OMP_NUM_THREADS if set, else the cores of the rank's affinity "
+               "mask divided among the ranks sharing them (docs/running.md)"}),
 
       integer("log", "every", &RC::log, &L::every, 1, kBig,
               {"steps between logged steps (the first and last always log): only these print "

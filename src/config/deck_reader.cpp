@@ -20,6 +20,17 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 } // namespace
 
+std::string rename_keys(toml::table& root) {
+  // device.blas_threads set the BLAS's threads; device.threads sets Kokkos' and the BLAS's
+  toml::table* device = root.get_as<toml::table>("device");
+  if (device == nullptr || !device->contains("blas_threads")) return {};
+  if (!device->contains("threads")) {
+    device->get("blas_threads")->visit([device](auto&& v) { device->insert("threads", v); });
+  }
+  device->erase("blas_threads");
+  return "warning: device.blas_threads is now called device.threads; read as that\n";
+}
+
 std::string suggestion(const std::string& name, const std::vector<std::string>& candidates) {
   std::string best;
   std::size_t best_d = 3; // only suggest close matches

@@ -20,6 +20,10 @@
 
 namespace pt {
 
+// Moves renamed keys of a deck to their current names (a checkpoint's saved deck, or a user's,
+// may hold an old one); returns a warning for each moved, else "".
+std::string rename_keys(toml::table& root);
+
 // "; did you mean 'X'?" for the candidate nearest to name (edit distance under 3), else "".
 std::string suggestion(const std::string& name, const std::vector<std::string>& candidates);
 

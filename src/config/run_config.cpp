@@ -273,11 +273,13 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   std::set<std::string> overridden;
   for (const auto& o : overrides) apply_override(root, o, overridden);
 
+  const std::string renamed = rename_keys(root);
   DeckReader r(root, deck_path, overridden);
   r.reject_unknown(deck_sections());
 
   RunConfig c;
   c.deck_path = deck_path;
+  c.warnings = renamed;
   // [checkpoint]: present (in the deck or as an override) means checkpointing is on
   c.checkpoint.enabled = r.has_section("checkpoint");
   for (const DeckKey& k : deck_keys()) {

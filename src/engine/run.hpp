@@ -59,7 +59,6 @@ struct Run {
   const Layout& layout;
   const Plan& plan;
   const Backend& be;
-  int blas_threads = 1;
   Watchdog watchdog;
   std::unique_ptr<TokenFile> data, val_data;
   std::unique_ptr<MetricsLog> log;

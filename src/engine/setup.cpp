@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
-#include <thread>
 
 #include "comm/allreduce.hpp"
 #include "comm/group.hpp"
@@ -79,12 +78,6 @@ const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
   }
   agree(world, err);
   return *be;
-}
-
-int blas_threads_for(const DeviceConfig& d, const Layout& layout) {
-  if (d.blas_threads > 0) return d.blas_threads;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / std::max(1, layout.ranks_on_node()));
 }
 
 // The data-parallel gradient all-reduce of each chunk (none without data parallelism): buckets,
@@ -218,11 +211,9 @@ const Backend& open_backend(const RunConfig& cfg, MPI_Comm world) {
 
 Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
     : cfg(cfg_), layout(layout_), plan(plan_), be(open_backend(cfg_, layout_.world())),
-      blas_threads(blas_threads_for(cfg_.device, layout_)),
       watchdog(cfg_.runtime.hang_timeout_s, layout_.rank()),
       whole(cfg_.model, StageSpec{true, true, 0, cfg_.model.n_layer}),
       trace(cfg_.log.trace, cfg_.log.trace_first, cfg_.log.trace_last) {
-  ops::set_blas_threads(blas_threads);
   const ModelConfig& m = cfg.model;
   data = open_collectively(layout.world(), cfg.data.path, m.vocab_size, m.seq_len);
   if (!cfg.data.val_path.empty()) {
@@ -274,10 +265,10 @@ void print_run_header(const Run& run) {
   if (run.layout.rank() != 0) return;
   const Backend& be = run.be;
   const bool gpu = run.cfg.device.kind == DeviceKind::cuda;
-  std::printf("== run ==\n  kernels %s; %d BLAS thread(s) per rank; measured %s peak %.1f "
+  std::printf("== run ==\n  kernels %s; %d host thread(s) on rank 0; measured %s peak %.1f "
               "GFLOP/s (all ranks); metrics -> %s\n",
-              be.name, run.blas_threads, gpu ? "cuBLAS 4096^3 GEMM" : "sgemm", run.peak_flops / 1e9,
-              run.log->path().c_str());
+              be.name, ops::host_threads(), gpu ? "cuBLAS 4096^3 GEMM" : "sgemm",
+              run.peak_flops / 1e9, run.log->path().c_str());
   if (!be.on_host() && (run.layout.dp() > 1 || run.layout.tp() > 1)) {
     std::printf("  GPU dp/tp reductions: %s\n",
                 run.nccl ? "NCCL on device memory"

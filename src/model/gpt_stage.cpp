@@ -38,7 +38,7 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       params_(layout_.total(), mem_), grads_(layout_.total(), mem_),
       d_fch_gelu_(static_cast<std::size_t>(N_) * F_, mem_),
       d_atty_(static_cast<std::size_t>(N_) * Ct_, mem_),
-      att_scratch_(static_cast<std::size_t>(T_) * T_, mem_), recompute_(recompute),
+      att_scratch_(backend.attention_scratch(B_, T_, NH_), mem_), recompute_(recompute),
       format_(format) {
   find_tensors();
   if (NKV_ != NH_) {

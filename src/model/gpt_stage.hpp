@@ -234,7 +234,7 @@ private:
   FloatBuffer d_atty_;                      // (N,Ct)
   FloatBuffer qkv_full_, d_qkv_full_;       // (N,3Ct) grouped-query attention's whole heads
   FloatBuffer ce_max_, ce_sum_, ce_target_; // (N) vocabulary-parallel cross-entropy
-  FloatBuffer att_scratch_;                 // (T,T)
+  FloatBuffer att_scratch_;                 // (T,T) per host thread (Backend::attention_scratch)
   mutable FloatBuffer gath_, part_;         // (N,C) sequence parallel: gathered rows, partial sums
   Recompute recompute_;
   ActFormat format_;

@@ -50,6 +50,14 @@ StageShapes shapes_of(const RunConfig& cfg) {
                      activation_format(cfg.device.precision));
 }
 
+// Floats of attention_backward's scratch: on the host a (T,T) tile per thread of the rank, at
+// most one per (batch row, head) pair (kernels/host/ops_host.cpp)
+double attention_scratch(const RunConfig& cfg, const StageShapes& s) {
+  const auto threads = static_cast<std::size_t>(std::max(1, cfg.device.threads));
+  const std::size_t lanes = cfg.device.kind == DeviceKind::cuda ? 1 : std::min(threads, s.B * s.NH);
+  return static_cast<double>(lanes * s.T * s.T);
+}
+
 // One micro-batch's activations of a stage (GptStage::make_activations: the same list).
 double slot_bytes(const StageShapes& s, const StageSpec& spec, Recompute rc) {
   double bytes = 0.0;
@@ -194,7 +202,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     e.per_slot += slot;
     e.slots = std::max(e.slots, peak);
     e.activations += peak * slot;
-    e.workspace += buf(s.N * s.F) + buf(s.N * s.Ct) + buf(s.T * s.T) +
+    e.workspace += buf(s.N * s.F) + buf(s.N * s.Ct) + buf(attention_scratch(cfg, s)) +
                    (s.QKV != 3 * s.Ct ? 2 * buf(s.N * 3 * s.Ct) : 0.0) + // grouped-query heads
                    (spec.last && cfg.parallel.tp > 1 ? 3 * buf(s.N) : 0.0) +
                    (s.sp ? 2 * buf(s.N * s.C) : 0.0) + // gathered rows, partial sums

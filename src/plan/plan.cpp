@@ -134,13 +134,14 @@ Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
   return plan;
 }
 
-void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
-  const std::string table = layout.table();
+void print_plan(const RunConfig& cfg, const Layout& layout, const Placement& placement,
+                const Plan& plan) {
+  const std::string table = layout.table(&placement);
   if (layout.rank() != 0) return;
   const auto& m = cfg.model;
   std::printf("== resolved deck (%s) ==\n%s\n\n", cfg.deck_path.c_str(), cfg.resolved_text.c_str());
-  std::printf("%s== layout ==\n%s%s", cfg.warnings.c_str(), table.c_str(),
-              layout.warnings().c_str());
+  std::printf("%s== layout ==\n%s%s%s", cfg.warnings.c_str(), table.c_str(),
+              layout.warnings().c_str(), placement.warning.c_str());
   const std::vector<double> cost = stage_costs(plan.layers, plan.costs);
   std::printf("== partition (%s, cost in %s) ==\n", name(cfg.parallel.partition),
               plan.cost_unit.c_str());
@@ -170,9 +171,10 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
               cfg.parallel.pp, cfg.parallel.virtual_stages, cfg.parallel.micro_batches,
               100.0 * schedule::step_bubble(plan.predicted));
   for (int n : plan.peak_live) std::printf(" %d", n);
-  std::printf("\n  backend: %s, precision %s, BLAS %s\n", name(cfg.device.kind),
-              name(cfg.device.precision),
-              cfg.device.kind == DeviceKind::cuda ? "cublas (device memory)" : ops::blas_name());
+  std::printf("\n  backend: %s, precision %s, BLAS %s, host threads: Kokkos %s x %d\n",
+              name(cfg.device.kind), name(cfg.device.precision),
+              cfg.device.kind == DeviceKind::cuda ? "cublas (device memory)" : ops::blas_name(),
+              ops::host_space_name(), ops::host_threads());
   print_memory(cfg, plan);
   std::fflush(stdout);
 }

@@ -42,6 +42,7 @@ schedule::Schedule run_schedule(const RunConfig& cfg, const std::vector<double>&
                                 int search_tries = 2000);
 
 // Prints the resolved deck, layout table, partition and plan on rank 0 (--validate too).
-void print_plan(const RunConfig& cfg, const Layout& layout, const Plan& plan);
+void print_plan(const RunConfig& cfg, const Layout& layout, const Placement& placement,
+                const Plan& plan);
 
 } // namespace pt

@@ -42,19 +42,64 @@ Machine read_machine(const std::string& path) {
   m.intra_latency = num("network", "intra_node_latency_us") * 1e-6;
   m.inter_bw = num("network", "inter_node_gb_s") * 1e9;
   m.inter_latency = num("network", "inter_node_latency_us") * 1e-6;
+  if (const toml::array* a = t["machine"]["thread_speedup"].as_array()) {
+    m.thread_speedup.clear();
+    for (const toml::node& row : *a) {
+      const toml::array* pair = row.as_array();
+      const std::optional<std::int64_t> threads =
+          pair != nullptr && pair->size() == 2 ? pair->get(0)->value<std::int64_t>() : std::nullopt;
+      const std::optional<double> x =
+          pair != nullptr && pair->size() == 2 ? pair->get(1)->value<double>() : std::nullopt;
+      const int prev = m.thread_speedup.empty() ? 0 : m.thread_speedup.back().first;
+      if (!threads || !x || *threads <= prev || *threads > 1 << 20 || *x <= 0.0) {
+        throw input_error("machine file '" + path +
+                          "': machine.thread_speedup must be [[threads, speedup], ...] with "
+                          "threads ascending from 1 and positive speedups (docs/planner.md)");
+      }
+      m.thread_speedup.emplace_back(static_cast<int>(*threads), *x);
+    }
+    if (m.thread_speedup.empty() || m.thread_speedup.front().first != 1) {
+      throw input_error("machine file '" + path +
+                        "': machine.thread_speedup must start at 1 thread (docs/planner.md)");
+    }
+  }
+  return m;
+}
+
+double Machine::speedup(int t) const {
+  const auto& s = thread_speedup;
+  for (std::size_t i = 1; i < s.size(); ++i) {
+    if (t <= s[i].first) {
+      const double f = static_cast<double>(t - s[i - 1].first) / (s[i].first - s[i - 1].first);
+      return s[i - 1].second + f * (s[i].second - s[i - 1].second);
+    }
+  }
+  return s.back().second * t / s.back().first;
+}
+
+Machine Machine::with_threads(int t, int cores) const {
+  Machine m = *this;
+  const double node_memory = memory_bytes * ranks_per_node;
+  m.ranks_per_node = std::max(1, cores / t);
+  m.memory_bytes = node_memory / m.ranks_per_node;
+  m.peak_flops = peak_flops * t;
+  m.efficiency = efficiency * speedup(t) / t;
   return m;
 }
 
 std::vector<std::string> Candidate::overrides() const {
-  return {"parallel.pp=" + std::to_string(pp),
-          "parallel.dp=" + std::to_string(dp),
-          "parallel.tp=" + std::to_string(tp),
-          "parallel.virtual_stages=" + std::to_string(v),
-          "parallel.schedule=\"" + schedule + "\"",
-          "train.micro_batch=" + std::to_string(micro_batch),
-          "train.recompute=\"" + recompute + "\"",
-          "parallel.zero=" + std::to_string(zero),
-          std::string("parallel.sequence_parallel=") + (sp ? "true" : "false")};
+  std::vector<std::string> o = {"parallel.pp=" + std::to_string(pp),
+                                "parallel.dp=" + std::to_string(dp),
+                                "parallel.tp=" + std::to_string(tp),
+                                "parallel.virtual_stages=" + std::to_string(v),
+                                "parallel.schedule=\"" + schedule + "\"",
+                                "train.micro_batch=" + std::to_string(micro_batch),
+                                "train.recompute=\"" + recompute + "\"",
+                                "parallel.zero=" + std::to_string(zero),
+                                std::string("parallel.sequence_parallel=") +
+                                    (sp ? "true" : "false")};
+  if (threads > 0) o.push_back("device.threads=" + std::to_string(threads));
+  return o;
 }
 
 namespace {
@@ -134,6 +179,14 @@ std::vector<int> divisors(int n) {
     if (n % k == 0) d.push_back(k);
   }
   return d;
+}
+
+// Those that fit first, then by predicted step time and memory.
+void rank_candidates(std::vector<Candidate>& c) {
+  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+    return std::make_tuple(!a.fits, a.step_time_s, a.mem_bytes_per_rank) <
+           std::make_tuple(!b.fits, b.step_time_s, b.mem_bytes_per_rank);
+  });
 }
 
 // Candidate c as a run of the deck: its memory per rank and predicted time, filled in. False
@@ -241,31 +294,59 @@ std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::str
       }
     }
   }
-  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
-    return std::make_tuple(!a.fits, a.step_time_s, a.mem_bytes_per_rank) <
-           std::make_tuple(!b.fits, b.step_time_s, b.mem_bytes_per_rank);
-  });
+  rank_candidates(out);
+  return out;
+}
+
+std::vector<Candidate> plan_hybrid(const std::string& deck_text, const std::string& deck_path,
+                                   const std::vector<std::string>& overrides, int nodes, int cores,
+                                   const Machine& machine, bool with_search) {
+  int fixed = 0;
+  for (const std::string& o : overrides) {
+    if (o.rfind("device.threads=", 0) == 0) fixed = std::atoi(o.c_str() + 15);
+  }
+  std::vector<Candidate> out;
+  for (int t : fixed > 0 ? std::vector<int>{fixed} : divisors(cores)) {
+    if (cores % t != 0) continue;
+    std::vector<std::string> o = overrides;
+    if (fixed == 0) o.push_back("device.threads=" + std::to_string(t));
+    for (Candidate& c : plan_layouts(deck_text, deck_path, o, nodes * (cores / t),
+                                     machine.with_threads(t, cores), with_search)) {
+      c.threads = t;
+      out.push_back(c);
+    }
+  }
+  rank_candidates(out);
   return out;
 }
 
 namespace {
 
-void print_table(const std::vector<Candidate>& c, std::size_t top, const Machine& mc, int ranks) {
-  std::printf("pipetrain plan: %d ranks, %d per node, machine '%s' (%.0f TFLOP/s peak per rank at "
-              "%.0f%% sustained, %.0f GiB)\n",
-              ranks, mc.ranks_per_node, mc.name.c_str(), mc.peak_flops / 1e12, 100 * mc.efficiency,
-              mc.memory_bytes / 1073741824.0);
-  std::printf("%4s %4s %4s %4s %2s %-10s %3s %-9s %4s %3s %9s %11s %8s %6s %7s %9s %4s\n", "rank",
-              "pp", "dp", "tp", "v", "schedule", "mb", "recompute", "zero", "sp", "step s",
-              "tokens/s", "TFLOP/s", "MFU", "bubble", "GiB/rank", "fits");
+// cores > 0: a ranks x threads plan of `ranks` nodes of that many cores (plan_hybrid)
+void print_table(const std::vector<Candidate>& c, std::size_t top, const Machine& mc, int ranks,
+                 int cores) {
+  if (cores > 0) {
+    std::printf("pipetrain plan: %d node(s) of %d cores, ranks x threads, machine '%s' (%.3g "
+                "TFLOP/s peak per core, %.0f%% sustained on one thread, %.0f GiB per node)\n",
+                ranks, cores, mc.name.c_str(), mc.peak_flops / 1e12, 100 * mc.efficiency,
+                mc.memory_bytes * mc.ranks_per_node / 1073741824.0);
+  } else {
+    std::printf("pipetrain plan: %d ranks, %d per node, machine '%s' (%.0f TFLOP/s peak per rank "
+                "at %.0f%% sustained, %.0f GiB)\n",
+                ranks, mc.ranks_per_node, mc.name.c_str(), mc.peak_flops / 1e12,
+                100 * mc.efficiency, mc.memory_bytes / 1073741824.0);
+  }
+  std::printf("%4s %4s %4s %4s %3s %2s %-10s %3s %-9s %4s %3s %9s %11s %8s %6s %7s %9s %4s\n",
+              "rank", "pp", "dp", "tp", "thr", "v", "schedule", "mb", "recompute", "zero", "sp",
+              "step s", "tokens/s", "TFLOP/s", "MFU", "bubble", "GiB/rank", "fits");
   for (std::size_t i = 0; i < c.size() && i < top; ++i) {
     const Candidate& k = c[i];
-    std::printf("%4zu %4d %4d %4d %2d %-10s %3d %-9s %4d %3s %9.3f %11.0f %8.1f %5.1f%% %6.1f%% "
-                "%9.2f %4s\n",
-                i + 1, k.pp, k.dp, k.tp, k.v, k.schedule.c_str(), k.micro_batch,
-                k.recompute.c_str(), k.zero, k.sp ? "on" : "off", k.step_time_s, k.tokens_per_s,
-                k.tflops_per_rank, 100 * k.mfu, 100 * k.bubble, k.mem_bytes_per_rank / 1073741824.0,
-                k.fits ? "yes" : "no");
+    std::printf("%4zu %4d %4d %4d %3d %2d %-10s %3d %-9s %4d %3s %9.3f %11.0f %8.1f %5.1f%% "
+                "%6.1f%% %9.2f %4s\n",
+                i + 1, k.pp, k.dp, k.tp, std::max(1, k.threads), k.v, k.schedule.c_str(),
+                k.micro_batch, k.recompute.c_str(), k.zero, k.sp ? "on" : "off", k.step_time_s,
+                k.tokens_per_s, k.tflops_per_rank, 100 * k.mfu, 100 * k.bubble,
+                k.mem_bytes_per_rank / 1073741824.0, k.fits ? "yes" : "no");
   }
   if (!c.empty() && c.front().fits) {
     std::printf("best: ");
@@ -281,14 +362,15 @@ void print_json(const std::vector<Candidate>& c, std::size_t top) {
   std::printf("[\n");
   for (std::size_t i = 0; i < c.size() && i < top; ++i) {
     const Candidate& k = c[i];
-    std::printf("  {\"pp\": %d, \"dp\": %d, \"tp\": %d, \"virtual_stages\": %d, \"schedule\": "
+    std::printf("  {\"pp\": %d, \"dp\": %d, \"tp\": %d, \"threads\": %d, \"virtual_stages\": %d, "
+                "\"schedule\": "
                 "\"%s\", \"micro_batch\": %d, \"recompute\": \"%s\", \"zero\": %d, "
                 "\"sequence_parallel\": %s, \"step_time_s\": %.6g, \"tokens_per_s\": %.6g, "
                 "\"tflops_per_rank\": %.6g, \"mfu\": %.6g, \"bubble\": %.6g, "
                 "\"mem_bytes_per_rank\": %.0f, \"fits\": %s}%s\n",
-                k.pp, k.dp, k.tp, k.v, k.schedule.c_str(), k.micro_batch, k.recompute.c_str(),
-                k.zero, k.sp ? "true" : "false", k.step_time_s, k.tokens_per_s, k.tflops_per_rank,
-                k.mfu, k.bubble, k.mem_bytes_per_rank, k.fits ? "true" : "false",
+                k.pp, k.dp, k.tp, std::max(1, k.threads), k.v, k.schedule.c_str(), k.micro_batch,
+                k.recompute.c_str(), k.zero, k.sp ? "true" : "false", k.step_time_s, k.tokens_per_s,
+                k.tflops_per_rank, k.mfu, k.bubble, k.mem_bytes_per_rank, k.fits ? "true" : "false",
                 i + 1 < std::min(top, c.size()) ? "," : "");
   }
   std::printf("]\n");
@@ -299,16 +381,30 @@ void print_json(const std::vector<Candidate>& c, std::size_t top) {
 int plan_main(int argc, char** argv) {
   CLI::App app{"pipetrain plan: the layouts of a deck's model on N ranks, ranked by predicted "
                "step time (one process, no mpirun; docs/planner.md).\n"
-               "Usage: pipetrain plan DECK.toml [section.key=value ...] --ranks N --machine FILE"};
+               "Usage: pipetrain plan DECK.toml [section.key=value ...] --ranks N --machine FILE\n"
+               "       pipetrain plan DECK.toml ... --nodes N --cores-per-node C --machine FILE"};
   std::string deck, machine_file;
   std::vector<std::string> overrides;
-  int ranks = 0, per_node = 0;
+  int ranks = 0, per_node = 0, nodes = 0, cores = 0;
   std::size_t top = 10;
   bool json = false, with_search = false;
   app.add_option("deck", deck, "input deck (TOML)")->required();
   app.add_option("overrides", overrides, "section.key=value: fix these keys");
-  app.add_option("--ranks", ranks, "ranks of the job")->required()->check(CLI::PositiveNumber);
-  app.add_option("--ranks-per-node", per_node, "ranks per node (default: the machine file's)");
+  CLI::Option* by_ranks =
+      app.add_option("--ranks", ranks, "ranks of the job")->check(CLI::PositiveNumber);
+  CLI::Option* by_per_node =
+      app.add_option("--ranks-per-node", per_node, "ranks per node (default: the machine file's)");
+  CLI::Option* by_nodes =
+      app.add_option("--nodes", nodes, "nodes of the job (with --cores-per-node)")
+          ->check(CLI::PositiveNumber);
+  app.add_option("--cores-per-node", cores,
+                 "plan ranks x threads splits of nodes this many cores (the machine file's ranks "
+                 "being one per core): every threads-per-rank count dividing it")
+      ->check(CLI::PositiveNumber)
+      ->needs(by_nodes)
+      ->excludes(by_ranks)
+      ->excludes(by_per_node);
+  by_nodes->needs("--cores-per-node");
   app.add_option("--machine", machine_file, "machine file, e.g. inputs/machines/a100-dgx.toml")
       ->required();
   app.add_option("--top", top, "rows to print (default 10)");
@@ -318,6 +414,8 @@ int plan_main(int argc, char** argv) {
                "layout: slower)");
   try {
     app.parse(argc, argv);
+    if (ranks == 0 && nodes == 0)
+      throw CLI::RequiredError("--ranks (or --nodes and --cores-per-node)");
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -329,12 +427,16 @@ int plan_main(int argc, char** argv) {
     std::stringstream text;
     text << in.rdbuf();
     const std::vector<Candidate> c =
-        plan_layouts(text.str(), deck, overrides, ranks, mc, with_search);
+        cores > 0 ? plan_hybrid(text.str(), deck, overrides, nodes, cores, mc, with_search)
+                  : plan_layouts(text.str(), deck, overrides, ranks, mc, with_search);
     if (c.empty()) {
-      throw input_error("no valid layout of this deck on " + std::to_string(ranks) +
-                        " ranks (check the overrides, n_head, vocab_size and global_batch)");
+      throw input_error(
+          "no valid layout of this deck on " +
+          (cores > 0 ? std::to_string(nodes) + " node(s) of " + std::to_string(cores) + " cores"
+                     : std::to_string(ranks) + " ranks") +
+          " (check the overrides, n_head, vocab_size and global_batch)");
     }
-    json ? print_json(c, top) : print_table(c, top, mc, ranks);
+    json ? print_json(c, top) : print_table(c, top, mc, cores > 0 ? nodes : ranks, cores);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "pipetrain: error: %s\n", e.what());

@@ -18,6 +18,17 @@ struct Machine {
   int ranks_per_node = 1;
   double intra_bw = 0.0, intra_latency = 0.0; // bytes/s and s, between ranks of a node
   double inter_bw = 0.0, inter_latency = 0.0; // per rank, across nodes
+  // machine.thread_speedup: (threads, a rank's sustained rate over one thread's), ascending;
+  // {1, 1} alone where the file has none
+  std::vector<std::pair<int, double>> thread_speedup{{1, 1.0}};
+
+  // The speedup at t threads: interpolated in the table; past its end each further thread adds
+  // what one thread of its last entry does.
+  double speedup(int t) const;
+  // One rank of t threads on a node of `cores` cores, the file's ranks being one per core: the
+  // node's memory and cores shared by cores / t such ranks, each sustaining speedup(t) times one
+  // core's rate (peak counted as t cores').
+  Machine with_threads(int t, int cores) const;
 };
 
 // Reads a machine file; throws pt::Error(bad_input) naming the file and key on a bad one.
@@ -25,6 +36,7 @@ Machine read_machine(const std::string& path);
 
 struct Candidate {
   int pp = 1, dp = 1, tp = 1, v = 1, micro_batch = 1, zero = 0;
+  int threads = 0; // device.threads, where the planner chose it (--cores-per-node); else 0
   std::string schedule, recompute;
   bool sp = false;
   double step_time_s = 0.0, tokens_per_s = 0.0, tflops_per_rank = 0.0, mfu = 0.0, bubble = 0.0;
@@ -39,6 +51,12 @@ struct Candidate {
 std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::string& deck_path,
                                     const std::vector<std::string>& overrides, int ranks,
                                     const Machine& machine, bool with_search = false);
+// The same over every ranks x threads split of `nodes` nodes of `cores` cores each: t threads a
+// rank for each t dividing cores (or device.threads where the overrides fix it), nodes * cores / t
+// ranks, the machine as Machine::with_threads(t, cores) describes it.
+std::vector<Candidate> plan_hybrid(const std::string& deck_text, const std::string& deck_path,
+                                   const std::vector<std::string>& overrides, int nodes, int cores,
+                                   const Machine& machine, bool with_search = false);
 
 // `pipetrain plan ...` (argv after "plan"); returns the exit code.
 int plan_main(int argc, char** argv);

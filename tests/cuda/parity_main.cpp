@@ -10,11 +10,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <Kokkos_Core.hpp>
 #include <cstdio>
 #include <string>
 
 #include "cuda/device_query.hpp"
+#include "ops.hpp"
 #include "parity_target.hpp"
 
 #ifndef PT_PARITY_PRECISION
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int result = 0;
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    const pt::ops::HostThreads threads(1);
     pt::g_backend = &pt::cuda::start(0, PT_PARITY_PRECISION);
     std::printf("CUDA backend, precision %s\n", PT_PARITY_PRECISION);
     ::testing::InitGoogleTest(&argc, argv);

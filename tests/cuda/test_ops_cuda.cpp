@@ -4,8 +4,6 @@
 // rule is checked too, and aliasing (probs over logits) is exercised as the engine uses it.
 // Without a visible CUDA device the test prints why and exits 77, which CTest reports as
 // skipped (never as passed).
-#include <Kokkos_Core.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -110,7 +108,7 @@ void check_attention(const std::string& tag, double tol, bool compare_att, int b
   const std::size_t n_out = static_cast<std::size_t>(b) * t * c;
   const std::size_t n_att = static_cast<std::size_t>(b) * nh * t * t;
   const auto qkv = random(n_qkv, -1, 1, 30), dout = random(n_out, -1, 1, 31);
-  std::vector<float> out(n_out), att(n_att), scratch(static_cast<std::size_t>(t) * t);
+  std::vector<float> out(n_out), att(n_att), scratch(ho::attention_scratch_floats(b, t, nh));
   Dev<float> d_qkv(qkv), d_dout(dout), d_out(out), d_att(att), d_scratch(scratch);
   ho::attention_forward(out.data(), att.data(), qkv.data(), b, t, c, nh);
   co::attention_forward(d_out.p, d_att.p, d_qkv.p, b, t, c, nh);
@@ -390,7 +388,7 @@ int main(int argc, char** argv) {
                 pt::cuda::compiled() ? why.c_str() : "built without nvcc");
     return 77;
   }
-  Kokkos::ScopeGuard kokkos(argc, argv);
+  const pt::ops::HostThreads threads(1);
   try {
     co::init(0);
     run();

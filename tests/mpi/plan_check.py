@@ -9,7 +9,12 @@
   same layout (its budget, 1F1B's memory, admits both);
 - a machine file without a key is refused with exit 2 naming it;
 - llama-1b plans on 16 ranks, tensor-parallel degrees dividing its 8 key/value heads among them;
-- every shipped machine file (inputs/machines) plans gpt2-350m on 8 ranks."""
+- every shipped machine file (inputs/machines) plans gpt2-350m on 8 ranks;
+- ranks x threads (--nodes 2 --cores-per-node 24, tianhe.toml): every threads count dividing 24
+  appears, with 48 / threads ranks each, and the best overrides name device.threads; a fixed
+  device.threads keeps only that count; dp 2 at 12 threads a rank is predicted faster than at one
+  thread by the machine.thread_speedup set for 12 (all but the all-reduce); a bad thread_speedup
+  is refused with exit 2."""
 import json
 import os
 import subprocess
@@ -79,4 +84,45 @@ for name in sorted(os.listdir(machines)):
         bad.append(f"machine file {name}: exit {r.returncode} {r.stderr.strip()}")
     else:
         print(f"{name}: {len(json.loads(r.stdout))} layouts")
+tianhe = os.path.join(machines, "tianhe.toml")
+hybrid = plan("--nodes", "2", "--cores-per-node", "24", "--machine", tianhe, "--json", "--top",
+              "100000")
+hrows = json.loads(hybrid.stdout or "[]")
+threads = sorted({r["threads"] for r in hrows})
+print(f"ranks x threads on 2 x 24 cores: {len(hrows)} layouts, threads {threads}")
+if threads != [1, 2, 3, 4, 6, 8, 12, 24]:
+    bad.append(f"--cores-per-node 24 planned threads {threads}")
+if any(r["pp"] * r["dp"] * r["tp"] * r["threads"] != 48 for r in hrows):
+    bad.append("a ranks x threads row does not use 48 cores")
+best = plan("--nodes", "2", "--cores-per-node", "24", "--machine", tianhe)
+if best.returncode != 0 or "device.threads=" not in best.stdout:
+    bad.append("the ranks x threads table does not name device.threads in the best overrides")
+fixed_t = json.loads(plan("device.threads=6", "--nodes", "2", "--cores-per-node", "24",
+                          "--machine", tianhe, "--json", "--top", "1000").stdout or "[]")
+if not fixed_t or any(r["threads"] != 6 for r in fixed_t):
+    bad.append("device.threads=6 on the command line gave other thread counts")
+# the same dp 2 layout as 2 ranks x 12 threads and as 2 ranks x 1 thread (a node of 2 cores
+# made of the same machine): 12 threads are faster by the file's speedup at 12
+with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+    f.write(open(tianhe).read().replace("ranks_per_node = 24",
+                                        "ranks_per_node = 24\nthread_speedup = [[1, 1.0], [12, 9.0]]"))
+key = ["parallel.pp=1", "parallel.tp=1", "train.micro_batch=1", "train.recompute=\"none\"",
+       "parallel.zero=0"]
+t12 = json.loads(plan(*key, "device.threads=12", "--nodes", "1", "--cores-per-node", "24",
+                      "--machine", f.name, "--json").stdout or "[]")
+t1 = json.loads(plan(*key, "--ranks", "2", "--machine", f.name, "--json").stdout or "[]")
+if not t12 or not t1 or t12[0]["dp"] != 2:
+    bad.append("the 2 x 12 threads and 2 x 1 thread plans are missing")
+else:
+    ratio = t1[0]["step_time_s"] / t12[0]["step_time_s"]
+    print(f"dp 2 at 12 threads a rank: {ratio:.2f}x the step rate of 1 thread (speedup 9 set)")
+    if not 7.0 < ratio <= 9.0 + 1e-9:
+        bad.append(f"12 threads at speedup 9 gave {ratio:.2f}x")
+with open(f.name, "w") as g:
+    g.write(open(tianhe).read().replace("ranks_per_node = 24",
+                                        "ranks_per_node = 24\nthread_speedup = [[2, 1.9]]"))
+refused = plan("--nodes", "1", "--cores-per-node", "24", "--machine", f.name)
+if refused.returncode != 2 or "thread_speedup" not in refused.stderr:
+    bad.append(f"a thread_speedup not starting at 1 gave exit {refused.returncode}")
+os.unlink(f.name)
 sys.exit("FAIL: " + "; ".join(bad) if bad else print("PASS"))

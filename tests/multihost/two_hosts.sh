@@ -103,8 +103,9 @@ same() { # same TOL NAME: NAME's losses (and parameters) equal the single-rank r
 train pp2_dp2 parallel.pp=2 parallel.dp=2 || { cat "$work/pp2_dp2.out"; fail "pp 2 x dp 2 run"; }
 out=$work/pp2_dp2.out
 expect "$out" "= 4 ranks on 2 node(s)"
-# rank, node, pp, dp, tp, host
-for row in "0 0 0 0 0 hostA" "1 0 0 1 0 hostA" "2 1 1 0 0 hostB" "3 1 1 1 0 hostB"; do
+# rank, node, pp, dp, tp, threads, cores, host
+for row in "0 0 0 0 0 1 [0-9,-]+ hostA" "1 0 0 1 0 1 [0-9,-]+ hostA" "2 1 1 0 0 1 [0-9,-]+ hostB" \
+  "3 1 1 1 0 1 [0-9,-]+ hostB"; do
   grep -Eq "^ +${row// / +}$" "$out" || { cat "$out"; fail "node table lacks the row: $row"; }
 done
 echo "ok: node table"

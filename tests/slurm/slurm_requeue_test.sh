@@ -72,7 +72,7 @@ ReturnToService=2
 MpiDefault=pmix
 JobRequeue=1
 KillWait=30
-NodeName=$host CPUs=$(nproc) RealMemory=2000 State=UNKNOWN
+NodeName=$host CPUs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) RealMemory=2000 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
 

@@ -1,14 +1,15 @@
-// GoogleTest main for pipetrain unit tests: MPI (single rank) and Kokkos around the tests.
+// GoogleTest main for pipetrain unit tests: MPI (single rank) and the host threads (one: ctest
+// runs tests side by side; tests/threads runs 2) around the tests.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <Kokkos_Core.hpp>
+#include "ops.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int result = 0;
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    const pt::ops::HostThreads threads(1);
     ::testing::InitGoogleTest(&argc, argv);
     result = RUN_ALL_TESTS();
   }

@@ -19,14 +19,15 @@ def build(build_dir, *targets):
                    stdout=subprocess.DEVNULL)
 
 
-def train(build_dir, ranks, deck, name, overrides):
-    """Runs pipetrain on `ranks` ranks with the deck (under inputs/) and overrides, logging to
+def train(build_dir, ranks, deck, name, overrides, threads=1):
+    """Runs pipetrain on `ranks` ranks of `threads` threads (tools/mpi-launch --threads: each
+    rank on that many cores of its own) with the deck (under inputs/) and overrides, logging to
     runs/bench/<name>; returns its step records, first step first."""
     log_dir = os.path.join(ROOT, "runs", "bench", name)
     metrics = os.path.join(log_dir, "metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    subprocess.run([os.path.join(ROOT, "tools", "mpi-launch"), str(ranks),
+    subprocess.run([os.path.join(ROOT, "tools", "mpi-launch"), "--threads", str(threads), str(ranks),
                     os.path.join(build_dir, "pipetrain"), os.path.join(ROOT, "inputs", deck),
                     f"log.dir={log_dir}", "log.every=1000", *overrides],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
