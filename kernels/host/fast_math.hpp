@@ -2,6 +2,10 @@
 // vectorize under -ffast-math, which would also loosen the numerics we pin against PyTorch).
 // fast_exp: Cody-Waite range reduction x = k*ln2 + r, |r| <= ln2/2, degree-6 Taylor polynomial
 // for exp(r) (truncation error < 2e-8 relative), 2^k assembled in the exponent bits.
+// What keeps the loops vectorizable with GCC 12 (-fopt-info-vec): k is rounded to the nearest
+// even integer by adding and subtracting 1.5 * 2^23 (exact for |k| < 2^22; GCC calls libm for
+// __builtin_roundevenf, which stops vectorization), and the clamp's compares become blends only
+// under -fno-trapping-math (kernels/CMakeLists.txt), which changes no value.
 #pragma once
 
 #include <bit>
@@ -11,7 +15,8 @@ namespace pt::ops::detail {
 
 inline float fast_exp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float kf = __builtin_roundevenf(x * 1.44269504088896341f);
+  // round to nearest even (-std=c++20: no FMA contraction, so the product is rounded first)
+  const float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   // ln2 split in two so k*ln2_hi is exact in float
   float r = x - kf * 0.693359375f;
   r = r + kf * 2.12194440e-4f;

@@ -4,8 +4,9 @@
 //
 // Threads never share an output element: C is cut into blocks of at most kBlockRows x
 // kBlockCols, a grid fixed by the shape alone, and each block is one single-threaded BLAS call
-// on a thread of the host execution space. The inner dimension K is never split, so every
-// element is summed in the same order at 1 or N threads (docs/architecture.md, "Host threads").
+// on a thread of the host execution space, threads taking the next free block. The inner
+// dimension K is never split, so every element is summed in the same order at 1 or N threads
+// (docs/architecture.md, "Host threads").
 #pragma once
 
 #include <algorithm>
@@ -31,17 +32,17 @@ inline void blas_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alp
 #endif
 }
 
-// Measured with tools/bench/sgemm-blocks (docs/performance.md): blocks this size run at the
-// single-threaded BLAS's full rate on the model's shapes, and are small enough that 2-16
-// threads find work in a (2048 x 768) product.
-constexpr int kBlockRows = 128;
-constexpr int kBlockCols = 512;
+// Blocks this size run at one BLAS call's rate on the benchmark model's products (smaller ones
+// repack the operands more often: 128 x 512 lost 11% on one thread), and a (2048 x 1152)
+// product still has 8 of them for the threads (docs/performance.md, pt_bench_gemm_threads).
+constexpr int kBlockRows = 512;
+constexpr int kBlockCols = 1024;
 
 inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                  int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   const int row_blocks = (M + kBlockRows - 1) / kBlockRows;
   const int col_blocks = (N + kBlockCols - 1) / kBlockCols;
-  par_for("gemm", static_cast<std::size_t>(row_blocks) * col_blocks, [=](std::size_t blk) {
+  const auto block = [=](std::size_t blk) {
     const int r0 = static_cast<int>(blk) / col_blocks * kBlockRows;
     const int c0 = static_cast<int>(blk) % col_blocks * kBlockCols;
     const int m = std::min(kBlockRows, M - r0), n = std::min(kBlockCols, N - c0);
@@ -50,7 +51,12 @@ inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
     const float* b = trans_b ? B + static_cast<std::size_t>(c0) * ldb : B + c0;
     blas_gemm(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta,
               C + static_cast<std::size_t>(r0) * ldc + c0, ldc);
-  });
+  };
+  const auto blocks = static_cast<std::size_t>(row_blocks) * col_blocks;
+  if (blocks == 1) return block(0);
+  // the edge blocks are smaller: a dynamic schedule keeps the threads busy to the end
+  Kokkos::parallel_for(
+      "gemm", Kokkos::RangePolicy<HostSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, blocks), block);
 }
 
 } // namespace pt::ops::detail

@@ -7,6 +7,7 @@
 #include <dnnl.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -46,16 +47,17 @@ int main(int argc, char** argv) {
                   {"fc2 forward", C, 4 * C, 'f'},        {"qkv input gradient", 3 * C, C, 'i'},
                   {"fc2 input gradient", C, 4 * C, 'i'}, {"qkv weight gradient", 3 * C, C, 'w'},
                   {"fc weight gradient", 4 * C, C, 'w'}};
-  std::printf("matrix products at %d thread(s), GFLOP/s (%s threads of Kokkos %s)\n", T,
-              pt::ops::host_threads_available() ? "threaded" : "serial",
-              pt::ops::host_space_name());
+  std::printf("matrix products at %d thread(s), GFLOP/s (Kokkos %s%s)\n", T,
+              pt::ops::host_space_name(),
+              pt::ops::host_threads_available() ? "" : ": no threads, the blocks run in turn");
   std::printf("%-22s %6s %6s %6s %12s %12s %12s %8s\n", "product", "M", "N", "K", "1 thread",
               "oneDNN's own", "blocked", "ratio");
   double sum_own = 0.0, sum_blocked = 0.0;
   for (const Product& p : products) {
-    std::vector<float> x(static_cast<std::size_t>(N) * p.IC, 0.5f),
-        w(static_cast<std::size_t>(p.OC) * p.IC, 0.25f),
-        y(static_cast<std::size_t>(N) * p.OC, 0.125f), out(std::max(x.size(), w.size()));
+    const std::size_t nx = static_cast<std::size_t>(N) * p.IC,
+                      nw = static_cast<std::size_t>(p.OC) * p.IC,
+                      ny = static_cast<std::size_t>(N) * p.OC;
+    std::vector<float> x(nx, 0.5f), w(nw, 0.25f), y(ny, 0.125f), out(std::max({nx, nw, ny}));
     // (M, N, K) of the product and the oneDNN call that computes it, row-major as the kernels
     int m = N, n = p.OC, k = p.IC;
     std::function<void()> blocked, own;
