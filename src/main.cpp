@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "comm/layout.hpp"
 #include "comm/placement.hpp"

@@ -3,7 +3,8 @@
 
 namespace pt {
 
-// FLOP/s of 512^3 sgemm through the kernel API on this rank, measured for about `seconds`.
+// FLOP/s of 2048^3 sgemm through the kernel API on this rank (its threads), measured for about
+// `seconds`.
 double measure_sgemm_flops(double seconds);
 
 } // namespace pt
