@@ -21,6 +21,10 @@ inline const char* no_blas() {
 inline std::size_t attention_floats(int B, int T, int /*C*/, int NH) {
   return static_cast<std::size_t>(B) * NH * T * T;
 }
+// one thread's (T,T) tile: no kernels run here, so no threads
+inline std::size_t attention_scratch(int /*B*/, int T, int /*NH*/) {
+  return static_cast<std::size_t>(T) * T;
+}
 inline const pt::Backend kHostMemory{.name = "host (memory only)",
                                      .alloc = nullptr,
                                      .release = nullptr,
@@ -29,6 +33,7 @@ inline const pt::Backend kHostMemory{.name = "host (memory only)",
                                      .blas_name = no_blas,
                                      .mark = nullptr,
                                      .seconds = nullptr,
-                                     .attention_floats = attention_floats};
+                                     .attention_floats = attention_floats,
+                                     .attention_scratch = attention_scratch};
 
 } // namespace fuzz
