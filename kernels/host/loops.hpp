@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <vector>
 
 namespace pt::ops::detail {
 
@@ -44,6 +45,28 @@ template <class F> void par_chunks(const char* name, std::size_t n, const F& f) 
   par_rows(name, chunks, kChunk, [=](std::size_t c) {
     const std::size_t begin = c * kChunk;
     f(begin, std::min(n, begin + kChunk));
+  });
+}
+
+// The first kChunk-float chunk of each of `count` arrays, array k of size_of(k) floats, when
+// their chunks are numbered in order (count + 1 entries: the last is the number of chunks).
+template <class Size> std::vector<std::size_t> chunk_starts(int count, const Size& size_of) {
+  std::vector<std::size_t> first(static_cast<std::size_t>(count) + 1, 0);
+  for (int k = 0; k < count; ++k) first[k + 1] = first[k] + (size_of(k) + kChunk - 1) / kChunk;
+  return first;
+}
+
+// Runs f(c, k, begin, end) over every chunk c = [begin, end) of those arrays (first: their
+// chunk_starts), all in one parallel loop.
+template <class Size, class F>
+void par_chunks_each(const char* name, const std::vector<std::size_t>& first, const Size& size_of,
+                     const F& f) {
+  const std::size_t* starts = first.data();
+  const auto count = static_cast<std::ptrdiff_t>(first.size()) - 1;
+  par_rows(name, first.back(), kChunk, [=](std::size_t c) {
+    const auto k = static_cast<int>(std::upper_bound(starts, starts + count + 1, c) - starts - 1);
+    const std::size_t begin = (c - starts[k]) * kChunk;
+    f(c, k, begin, std::min(size_of(k), begin + kChunk));
   });
 }
 

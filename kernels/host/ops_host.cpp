@@ -333,33 +333,6 @@ void unpack_bf16(float* out, const std::uint16_t* x, std::size_t n) {
              [=](std::size_t i0, std::size_t i1) { bf16::unpack(out + i0, x + i0, i1 - i0); });
 }
 
-namespace {
-
-// The float sums of squares of every kChunk-float chunk of `count` arrays, in one parallel loop;
-// first[i] is array i's first chunk (first[count]: all of them).
-std::vector<float> chunk_sums_of_squares(const float* x, const std::size_t* offsets,
-                                         const std::size_t* sizes, int count,
-                                         std::vector<std::size_t>& first) {
-  using detail::kChunk;
-  first.assign(static_cast<std::size_t>(count) + 1, 0);
-  for (int i = 0; i < count; ++i) first[i + 1] = first[i] + (sizes[i] + kChunk - 1) / kChunk;
-  std::vector<float> part(first.back());
-  const std::size_t* f = first.data();
-  float* out = part.data();
-  par_rows("sum_squares", part.size(), kChunk, [=](std::size_t c) {
-    const auto i = static_cast<std::size_t>(std::upper_bound(f, f + count + 1, c) - f - 1);
-    const std::size_t begin = (c - f[i]) * kChunk;
-    const std::size_t end = std::min(sizes[i], begin + kChunk);
-    const float* xi = x + offsets[i];
-    float sum = 0.0f;
-    for (std::size_t j = begin; j < end; ++j) sum += xi[j] * xi[j];
-    out[c] = sum;
-  });
-  return part;
-}
-
-} // namespace
-
 // Chunks summed in float, the chunks' sums added in double in chunk order: the same bits at any
 // thread count.
 double sum_squares(const float* x, std::size_t n) {
@@ -370,8 +343,17 @@ double sum_squares(const float* x, std::size_t n) {
 
 void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
                       const std::size_t* sizes, int count) {
-  std::vector<std::size_t> first;
-  const std::vector<float> part = chunk_sums_of_squares(x, offsets, sizes, count, first);
+  const auto size_of = [=](int i) { return sizes[i]; };
+  const std::vector<std::size_t> first = detail::chunk_starts(count, size_of);
+  std::vector<float> part(first.back());
+  float* sums = part.data();
+  detail::par_chunks_each("sum_squares", first, size_of,
+                          [=](std::size_t c, int i, std::size_t begin, std::size_t end) {
+                            const float* xi = x + offsets[i];
+                            float sum = 0.0f;
+                            for (std::size_t j = begin; j < end; ++j) sum += xi[j] * xi[j];
+                            sums[c] = sum;
+                          });
   for (int i = 0; i < count; ++i) {
     double total = 0.0;
     for (std::size_t c = first[i]; c < first[i + 1]; ++c) total += part[c];
@@ -463,33 +445,28 @@ void crossentropy_finish(float* losses, float* p, const float* sum, const float*
 // moments, bias-corrected step).
 void adamw_update(float* param, float* m, float* v, const float* grad, const AdamWSegment* segments,
                   int count, const AdamWStep& s) {
-  using detail::kChunk;
-  std::vector<std::size_t> first(static_cast<std::size_t>(count) + 1, 0);
-  for (int k = 0; k < count; ++k)
-    first[k + 1] = first[k] + (segments[k].size + kChunk - 1) / kChunk;
-  const std::size_t* f = first.data();
+  const auto size_of = [=](int k) { return segments[k].size; };
   const float step_size = static_cast<float>(s.lr / (1.0 - s.beta1_t));
   const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - s.beta2_t));
-  par_rows("adamw_update", first.back(), kChunk, [=](std::size_t c) {
-    const auto k = static_cast<std::size_t>(std::upper_bound(f, f + count + 1, c) - f - 1);
-    const AdamWSegment& g = segments[k];
-    const float decay = g.decay ? 1.0f - s.lr * s.weight_decay : 1.0f;
-    const std::size_t begin = (c - f[k]) * kChunk, end = std::min(g.size, begin + kChunk);
-    float* p = param + g.param_offset;
-    float* mk = m + g.state_offset;
-    float* vk = v + g.state_offset;
-    const float* gk = grad + g.state_offset;
-    for (std::size_t i = begin; i < end; ++i) {
-      const float gi = gk[i] * s.grad_scale;
-      float pi = p[i] * decay;
-      const float mi = mk[i] + (1.0f - s.beta1) * (gi - mk[i]);
-      const float vi = s.beta2 * vk[i] + (1.0f - s.beta2) * gi * gi;
-      pi -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + s.eps);
-      p[i] = pi;
-      mk[i] = mi;
-      vk[i] = vi;
-    }
-  });
+  detail::par_chunks_each("adamw_update", detail::chunk_starts(count, size_of), size_of,
+                          [=](std::size_t, int k, std::size_t begin, std::size_t end) {
+                            const AdamWSegment& g = segments[k];
+                            const float decay = g.decay ? 1.0f - s.lr * s.weight_decay : 1.0f;
+                            float* p = param + g.param_offset;
+                            float* mk = m + g.state_offset;
+                            float* vk = v + g.state_offset;
+                            const float* gk = grad + g.state_offset;
+                            for (std::size_t i = begin; i < end; ++i) {
+                              const float gi = gk[i] * s.grad_scale;
+                              float pi = p[i] * decay;
+                              const float mi = mk[i] + (1.0f - s.beta1) * (gi - mk[i]);
+                              const float vi = s.beta2 * vk[i] + (1.0f - s.beta2) * gi * gi;
+                              pi -= step_size * mi / (std::sqrt(vi) / bc2_sqrt + s.eps);
+                              p[i] = pi;
+                              mk[i] = mi;
+                              vk[i] = vi;
+                            }
+                          });
 }
 
 } // namespace pt::ops
