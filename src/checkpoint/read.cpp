@@ -23,6 +23,7 @@
 
 #include "checkpoint/datasets.hpp"
 #include "checkpoint/hdf5_io.hpp"
+#include "config/deck_keys.hpp"
 #include "util/errors.hpp"
 #include "util/hash.hpp"
 #include "util/test_hooks.hpp"
@@ -260,21 +261,12 @@ void compare_config(const std::string& saved, const RunConfig& cfg, const std::s
                                                          "reads: ") +
                                                  e.what()));
   }
-  const ModelConfig &a = old.model, &b = cfg.model;
-  const auto num = [](long long x) { return std::to_string(x); };
-  const auto flag = [](bool x) { return std::string(x ? "true" : "false"); };
-  const std::pair<const char*, std::pair<std::string, std::string>> model_keys[] = {
-      {"arch", {name(a.arch), name(b.arch)}},
-      {"n_layer", {num(a.n_layer), num(b.n_layer)}},
-      {"n_head", {num(a.n_head), num(b.n_head)}},
-      {"n_kv_head", {num(kv_heads(a)), num(kv_heads(b))}},
-      {"d_model", {num(a.d_model), num(b.d_model)}},
-      {"ffn_hidden", {num(mlp_width(a)), num(mlp_width(b))}},
-      {"seq_len", {num(a.seq_len), num(b.seq_len)}},
-      {"vocab_size", {num(a.vocab_size), num(b.vocab_size)}},
-      {"tie_embeddings", {flag(a.tie_embeddings), flag(b.tie_embeddings)}}};
-  for (const auto& [key, v] : model_keys) {
-    if (v.first != v.second) throw another_model(path, key, v.first, v.second);
+  // every [model] key of the deck table, so a key added there is compared here too
+  const auto was = model_description(old.model), is = model_description(cfg.model);
+  for (std::size_t i = 0; i < was.size(); ++i) {
+    if (was[i].second != is[i].second) {
+      throw another_model(path, was[i].first, was[i].second, is[i].second);
+    }
   }
   if (!root) return;
   const std::pair<const char*, std::pair<std::string, std::string>> run_keys[] = {

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 namespace pt {
@@ -22,6 +24,16 @@ std::string text_of(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
+}
+
+// A number as its shortest text that reads back to the same double.
+std::string exact_text(double v) {
+  char buf[32];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
 }
 
 std::string int_range(std::int64_t lo, std::int64_t hi) {
@@ -54,6 +66,7 @@ DeckKey integer(const char* sec, const char* name, S RunConfig::*s, T S::*f, std
   k.read = [=](DeckReader& r, RunConfig& c) {
     c.*s.*f = static_cast<T>(r.get_int(sec, name, dv, lo, hi));
   };
+  k.value = [=](const RunConfig& c) { return std::to_string(c.*s.*f); };
   return k;
 }
 
@@ -67,6 +80,7 @@ DeckKey number(const char* sec, const char* name, S RunConfig::*s, double S::*f,
   k.read = [=](DeckReader& r, RunConfig& c) {
     c.*s.*f = r.get_double(sec, name, def, lo, hi, lo_open);
   };
+  k.value = [=](const RunConfig& c) { return exact_text(c.*s.*f); };
   return k;
 }
 
@@ -75,6 +89,7 @@ DeckKey boolean(const char* sec, const char* name, S RunConfig::*s, bool S::*f, 
   const bool def = RunConfig{}.*s.*f;
   DeckKey k = make(sec, name, "bool", d, def ? "true" : "false", "");
   k.read = [=](DeckReader& r, RunConfig& c) { c.*s.*f = r.get_bool(sec, name, def); };
+  k.value = [=](const RunConfig& c) { return std::string(c.*s.*f ? "true" : "false"); };
   return k;
 }
 
@@ -87,6 +102,7 @@ DeckKey text(const char* sec, const char* name, S RunConfig::*s, std::string S::
   std::optional<std::string> dv;
   if (!required) dv = def;
   k.read = [=](DeckReader& r, RunConfig& c) { c.*s.*f = r.get_string(sec, name, dv); };
+  k.value = [=](const RunConfig& c) { return c.*s.*f; };
   return k;
 }
 
@@ -107,17 +123,21 @@ DeckKey choice(const char* sec, const char* name, S RunConfig::*s, E S::*f,
       if (got == pt::name(v)) c.*s.*f = v;
     }
   };
+  k.value = [=](const RunConfig& c) { return std::string(pt::name(c.*s.*f)); };
   return k;
 }
 
-// model.tie_embeddings: left out, true for gpt2 and false for llama (read after model.arch).
+// model.tie_embeddings: left out, the architecture's default (tied(): true for gpt2, false for
+// llama), resolved by validate().
 DeckKey tie_embeddings_key() {
   DeckKey k = make("model", "tie_embeddings", "bool",
                    {"the head reuses the token embedding; false adds `lm_head/weight`"},
                    "true (gpt2), false (llama)", "");
   k.read = [](DeckReader& r, RunConfig& c) {
-    c.model.tie_embeddings = r.get_bool("model", "tie_embeddings", c.model.arch == Arch::gpt2);
+    if (r.raw("model", "tie_embeddings") == nullptr) return;
+    c.model.tie_embeddings = r.get_bool("model", "tie_embeddings", false); // present: no default
   };
+  k.value = [](const RunConfig& c) { return std::string(tied(c.model) ? "true" : "false"); };
   return k;
 }
 
@@ -131,7 +151,7 @@ DeckKey partition_key() {
     const toml::node* p = r.raw("parallel", "partition");
     if (p == nullptr || !p->is_array()) {
       c.parallel.partition =
-          r.get_enum("parallel", "partition", PartitionKind::uniform,
+          r.get_enum("parallel", "partition", RunConfig{}.parallel.partition,
                      {PartitionKind::uniform, PartitionKind::params, PartitionKind::time});
       return;
     }
@@ -147,6 +167,14 @@ DeckKey partition_key() {
       c.parallel.partition_layers.push_back(static_cast<int>(*e.value<std::int64_t>()));
     }
   };
+  k.value = [](const RunConfig& c) {
+    if (c.parallel.partition != PartitionKind::explicit_layers) {
+      return std::string(name(c.parallel.partition));
+    }
+    std::string list;
+    for (int n : c.parallel.partition_layers) list += (list.empty() ? "" : ", ") + std::to_string(n);
+    return "[" + list + "]";
+  };
   return k;
 }
 
@@ -156,6 +184,9 @@ DeckKey min_lr_key() {
   k.read = [](DeckReader& r, RunConfig& c) {
     if (r.raw("train", "min_lr") == nullptr) return;
     c.train.min_lr = r.get_double("train", "min_lr", std::nullopt, 0.0, c.train.lr);
+  };
+  k.value = [](const RunConfig& c) {
+    return c.train.min_lr ? exact_text(*c.train.min_lr) : std::string("lr / 10");
   };
   return k;
 }
@@ -186,10 +217,14 @@ DeckKey schedule_key() {
       return;
     }
     c.parallel.schedule = r.get_enum(
-        "parallel", "schedule", ScheduleKind::one_f_one_b,
+        "parallel", "schedule", RunConfig{}.parallel.schedule,
         {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
          ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_v, ScheduleKind::v_half,
          ScheduleKind::v_min, ScheduleKind::dualpipev, ScheduleKind::two_bw, ScheduleKind::search});
+  };
+  k.value = [](const RunConfig& c) {
+    if (c.parallel.schedule == ScheduleKind::file) return "file:" + c.parallel.schedule_file;
+    return std::string(name(c.parallel.schedule));
   };
   return k;
 }
@@ -205,7 +240,10 @@ DeckKey allreduce_key() {
                     "time per bucket size, refined by one measurement (autotune)"},
                    "\"auto\"", range);
   k.read = [algos](DeckReader& r, RunConfig& c) {
-    c.comm.allreduce = parse_allreduce(r.get_string("comm", "allreduce", "auto", algos));
+    c.comm.allreduce = parse_allreduce(r.get_string("comm", "allreduce", algos.front(), algos));
+  };
+  k.value = [](const RunConfig& c) {
+    return c.comm.allreduce ? algorithm_name(*c.comm.allreduce) : std::string("auto");
   };
   return k;
 }
@@ -228,6 +266,9 @@ DeckKey trace_steps_key() {
     }
     c.log.trace_first = static_cast<int>(first);
     c.log.trace_last = static_cast<int>(last);
+  };
+  k.value = [](const RunConfig& c) {
+    return "[" + std::to_string(c.log.trace_first) + ", " + std::to_string(c.log.trace_last) + "]";
   };
   return k;
 }
@@ -440,6 +481,28 @@ std::vector<DeckKey> make_table() {
 const std::vector<DeckKey>& deck_keys() {
   static const std::vector<DeckKey> table = make_table();
   return table;
+}
+
+std::vector<std::pair<std::string, std::string>> model_description(const ModelConfig& m) {
+  RunConfig c;
+  if (m.arch == Arch::llama) {
+    c.model = m;
+  } else { // llama's keys do nothing here
+    c.model.arch = m.arch;
+    c.model.n_layer = m.n_layer;
+    c.model.n_head = m.n_head;
+    c.model.d_model = m.d_model;
+    c.model.seq_len = m.seq_len;
+    c.model.vocab_size = m.vocab_size;
+  }
+  c.model.tie_embeddings = tied(m);
+  c.model.n_kv_head = kv_heads(m);
+  c.model.ffn_hidden = mlp_width(m);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const DeckKey& k : deck_keys()) {
+    if (k.section == "model") out.emplace_back(k.name, k.value(c));
+  }
+  return out;
 }
 
 std::map<std::string, std::vector<std::string>> deck_sections() {

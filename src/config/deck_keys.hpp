@@ -25,11 +25,18 @@ struct DeckKey {
   // Reads the key into the config: its value, or its default where the deck has none (then
   // also written into the deck, for the resolved text). Range and type errors name the key.
   std::function<void(DeckReader&, RunConfig&)> read;
+  // The key's value in a config, as the deck spells it (numbers exact), for comparisons.
+  std::function<std::string(const RunConfig&)> value;
 };
 
 // Every key, in the order of docs/deck.md: [model], [parallel], [train], [data], [checkpoint],
 // [comm], [device], [log], [runtime]. Keys read after others depend on them (min_lr on lr).
 const std::vector<DeckKey>& deck_keys();
+
+// What makes two models the same model: every [model] key of the table with its value, derived
+// values resolved (n_kv_head, ffn_hidden, tie_embeddings) and llama's keys at their defaults for
+// gpt2, where they do nothing. A checkpoint resumes only under an equal description.
+std::vector<std::pair<std::string, std::string>> model_description(const ModelConfig& m);
 
 // Section -> its key names, for the unknown-key check.
 std::map<std::string, std::vector<std::string>> deck_sections();

@@ -228,6 +228,10 @@ int head_dim(const ModelConfig& m) {
   return m.d_model / m.n_head;
 }
 
+bool tied(const ModelConfig& m) {
+  return m.tie_embeddings.value_or(m.arch == Arch::gpt2);
+}
+
 int kv_heads(const ModelConfig& m) {
   return m.arch == Arch::llama && m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
 }
@@ -251,6 +255,7 @@ void validate(RunConfig& c, int world_size, const KeySource& where) {
     r.fail("train", "min_lr", os.str());
   }
   if (!c.train.min_lr) c.train.min_lr = c.train.lr / 10.0;
+  c.model.tie_embeddings = tied(c.model);
   if (c.log.trace_first == 0) c.log.trace_first = c.log.trace_last = std::min(2, c.train.steps);
   check_model_train_data(c, r);
   check_comm_device(c, r);
@@ -299,7 +304,7 @@ RunConfig parse_deck(const std::string& text, const std::string& deck_path,
   }
   if (toml::table* model = root.get_as<toml::table>("model")) { // the architecture, whole
     model->insert_or_assign("arch", std::string(name(c.model.arch)));
-    model->insert_or_assign("tie_embeddings", c.model.tie_embeddings);
+    model->insert_or_assign("tie_embeddings", tied(c.model));
     if (c.model.arch == Arch::llama) {
       model->insert_or_assign("n_kv_head", static_cast<std::int64_t>(kv_heads(c.model)));
       model->insert_or_assign("ffn_hidden", static_cast<std::int64_t>(mlp_width(c.model)));

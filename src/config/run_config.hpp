@@ -26,13 +26,16 @@ struct ModelConfig {
   int ffn_hidden = 0;
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
-  bool tie_embeddings = true; // the deck's default is false for llama
+  // the head reuses the token embedding; absent: the architecture's default (tied())
+  std::optional<bool> tie_embeddings;
   bool operator==(const ModelConfig&) const = default;
 };
 
 // Derived shapes: the head size; key/value heads (n_head for gpt2); the MLP's hidden width (4
-// d_model for gpt2, llama's SwiGLU width); the rows of the packed qkv projection.
+// d_model for gpt2, llama's SwiGLU width); the rows of the packed qkv projection; whether the
+// head is the token embedding (the deck's value, else true for gpt2 and false for llama).
 int head_dim(const ModelConfig& m);
+bool tied(const ModelConfig& m);
 int kv_heads(const ModelConfig& m);
 int mlp_width(const ModelConfig& m);
 int qkv_rows(const ModelConfig& m);

@@ -159,7 +159,7 @@ void make_chunks(Run& run) {
         run.nccl ? make_nccl(layout.tp_comm(), false, layout.world()) : nullptr);
   }
   // (V placement: the embedding and the head share rank 0, step.cpp sums them there)
-  if (layout.embedding_comm() != MPI_COMM_NULL && cfg.model.tie_embeddings &&
+  if (layout.embedding_comm() != MPI_COMM_NULL && tied(cfg.model) &&
       !run.plan.schedule.vshape) {
     run.embedding_reduce = make_reducer(
         layout.embedding_comm(), "the tied-embedding gradient all-reduce", run.watchdog, run.be);

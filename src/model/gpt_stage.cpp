@@ -53,7 +53,7 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
   }
   if (format_ == ActFormat::bf16) x_work_ = FloatBuffer(static_cast<std::size_t>(R_) * C_, mem_);
   att16_ = shapes().att16;
-  if (spec_.last && model_.tie_embeddings) {
+  if (spec_.last && tied(model_)) {
     head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_, mem_);
   }
   if (sp_) {
@@ -146,7 +146,7 @@ EdgeTensors GptStage::edges(float* base) const {
   e.wpe = at(1);
   e.lnf_w = at(2);
   e.lnf_b = at(3);
-  e.lm_head = model_.tie_embeddings ? e.wte : at(4);
+  e.lm_head = tied(model_) ? e.wte : at(4);
   return e;
 }
 

@@ -41,7 +41,7 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
   const int V = m.vocab_size;
   // The tied LM head uses wte, so the last stage holds wte too (its gradient is reduced with
   // the first stage's when they are different ranks).
-  if (stage.first || (stage.last && m.tie_embeddings)) add("wte", {V, C}, true, -1, 0);
+  if (stage.first || (stage.last && tied(m))) add("wte", {V, C}, true, -1, 0);
   if (m.arch == Arch::llama) {
     add_llama(m, stage);
     return;
@@ -65,7 +65,7 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
   if (stage.last) {
     add("lnf/weight", {C}, false, -1);
     add("lnf/bias", {C}, false, -1);
-    if (!m.tie_embeddings) add("lm_head/weight", {V, C}, true, -1, 0);
+    if (!tied(m)) add("lm_head/weight", {V, C}, true, -1, 0);
   }
 }
 
@@ -86,7 +86,7 @@ void ParamLayout::add_llama(const ModelConfig& m, const StageSpec& stage) {
   }
   if (stage.last) {
     add("lnf/weight", {C}, false, -1);
-    if (!m.tie_embeddings) add("lm_head/weight", {m.vocab_size, C}, true, -1, 0);
+    if (!tied(m)) add("lm_head/weight", {m.vocab_size, C}, true, -1, 0);
   }
 }
 
@@ -144,7 +144,7 @@ std::size_t count_model_params(const ModelConfig& m) {
   const bool gpt2 = m.arch == Arch::gpt2;
   std::size_t n = V * C + (gpt2 ? static_cast<std::size_t>(m.seq_len) * C : 0) +
                   layer_params(m) * static_cast<std::size_t>(m.n_layer) + (gpt2 ? 2 : 1) * C;
-  if (!m.tie_embeddings) n += V * C;
+  if (!tied(m)) n += V * C;
   return n;
 }
 

@@ -14,7 +14,7 @@ BlockCosts parameter_costs(const ModelConfig& m) {
   const bool gpt2 = m.arch == Arch::gpt2;
   c.embedding = V * C + (gpt2 ? T * C : 0.0);
   c.layer = static_cast<double>(layer_params(m));
-  c.head = (gpt2 ? 2.0 : 1.0) * C + (m.tie_embeddings ? 0.0 : V * C);
+  c.head = (gpt2 ? 2.0 : 1.0) * C + (tied(m) ? 0.0 : V * C);
   return c;
 }
 

@@ -174,7 +174,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     const int blocks = spec.layer_end - spec.layer_begin;
     const ParamLayout layout(m, spec, 0, cfg.parallel.tp);
     const double P = buf(static_cast<double>(layout.total()));
-    e.params += 2 * P + (spec.last && m.tie_embeddings ? buf(s.V * s.C) : 0.0);
+    e.params += 2 * P + (spec.last && tied(m) ? buf(s.V * s.C) : 0.0);
     if (cfg.parallel.schedule == ScheduleKind::two_bw) e.params += P; // the older version
     // post-validation's copies (engine/step.cpp): the parameters and the optimizer state
     const double copies = cfg.train.post_validation ? 2.0 : 1.0;

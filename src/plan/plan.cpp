@@ -19,7 +19,7 @@ namespace pt {
 
 double flops_per_token(const ModelConfig& m) {
   // an untied model's input embedding is a lookup, no product (tied, its matrix is the head's)
-  const double lookup = m.tie_embeddings ? 0.0 : static_cast<double>(m.vocab_size) * m.d_model;
+  const double lookup = tied(m) ? 0.0 : static_cast<double>(m.vocab_size) * m.d_model;
   return 6.0 * (static_cast<double>(count_model_params(m)) - lookup) +
          6.0 * m.n_layer * m.d_model * static_cast<double>(m.seq_len);
 }
@@ -157,7 +157,7 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Placement& pla
   std::printf("== plan ==\n  model: %d layers, d_model %d, %d heads, seq_len %d, vocab %d, %s "
               "embeddings, %.2fM parameters, %.1f MFLOP/token\n",
               m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size,
-              m.tie_embeddings ? "tied" : "untied", count_model_params(m) / 1e6,
+              tied(m) ? "tied" : "untied", count_model_params(m) / 1e6,
               flops_per_token(m) / 1e6);
   std::printf("  batch: global %d sequences (%lld tokens) per step = dp %d x micro-batch %d x %d "
               "micro-batches; %d steps\n",

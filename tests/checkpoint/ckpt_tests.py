@@ -24,7 +24,8 @@ Scenarios (each exits 0 on success, prints what it compared):
                         the straight run's losses and parameters
   other_model           a checkpoint of n_head 4 resumed with n_head 8 (same shapes): exit 3
                         naming model.n_head and both values, by path and by resume = "auto";
-                        resumed as llama: exit 3 naming model.arch
+                        resumed as llama: exit 3 naming model.arch; a llama checkpoint resumed
+                        with another rope_theta or norm_eps: exit 3 naming the key
   other_data            resumed with another data.path: a warning naming it, and the run goes on
   nothing_left          resumed from a checkpoint at train.steps: exit 0, "nothing left to do",
                         no loss or speed line
@@ -261,6 +262,15 @@ def other_model(r):
     out = r.run("1,1,1@llama", "load_llama", f"checkpoint.resume={path}", ckpt="d", expect=3)
     expect_in(out, f"checkpoint '{path}': is of another model: model.arch = gpt2 in the "
                    "checkpoint, llama in the deck")
+    # llama's own keys: a rotary base or an RMSNorm epsilon of another run (same shapes)
+    r.run("1,1,1@llama", "make_llama", "runtime.exit_after_steps=5", ckpt="e")
+    llama = f"{r.work}/e/step_00000005.h5"
+    for key, saved, given in (("rope_theta", "10000", "500000.0"), ("norm_eps", "1e-05", "1e-06")):
+        out = r.run("1,1,1@llama", "load_llama", f"checkpoint.resume={llama}", f"model.{key}={given}",
+                    ckpt="f", expect=3)
+        shown = given.removesuffix(".0")  # numbers as their shortest exact text
+        expect_in(out, f"checkpoint '{llama}': is of another model: model.{key} = {saved} in the "
+                       f"checkpoint, {shown} in the deck")
 
 
 def other_data(r):

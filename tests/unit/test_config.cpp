@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
+#include "config/deck_keys.hpp"
 #include "config/run_config.hpp"
 #include "util/errors.hpp"
 
@@ -31,39 +33,79 @@ std::string error_of(const std::string& text, const std::vector<std::string>& ov
   return "";
 }
 
-// The defaults live once, in RunConfig's initializers: a RunConfig made in code with the
-// required keys set and validated equals the one parsed from a deck of only those keys.
+// The defaults live once, in RunConfig's initializers and the architecture's resolver: for
+// every architecture, a RunConfig made in code with the required keys set and validated equals
+// the one parsed from a deck of only those keys.
 TEST(Config, MadeInCodeEqualsParsedMinimalDeck) {
-  const std::string deck = "[model]\nn_layer = 4\nn_head = 4\nd_model = 64\nseq_len = 32\n"
-                           "vocab_size = 256\n[train]\nsteps = 10\nglobal_batch = 8\n"
-                           "micro_batch = 2\n[data]\npath = \"x.bin\"\n";
-  const RunConfig parsed = parse_deck(deck, "minimal.toml", {}, 2);
-  RunConfig made;
-  made.model.n_layer = 4;
-  made.model.n_head = 4;
-  made.model.d_model = 64;
-  made.model.seq_len = 32;
-  made.model.vocab_size = 256;
-  made.train.steps = 10;
-  made.train.global_batch = 8;
-  made.train.micro_batch = 2;
-  made.data.path = "x.bin";
-  validate(made, 2);
-  EXPECT_EQ(made.model, parsed.model);
-  EXPECT_EQ(made.parallel, parsed.parallel);
-  EXPECT_EQ(made.train, parsed.train);
-  EXPECT_EQ(made.data, parsed.data);
-  EXPECT_EQ(made.checkpoint, parsed.checkpoint);
-  EXPECT_EQ(made.comm, parsed.comm);
-  EXPECT_EQ(made.device, parsed.device);
-  EXPECT_EQ(made.log, parsed.log);
-  EXPECT_EQ(made.runtime, parsed.runtime);
-  EXPECT_EQ(parsed.runtime.hang_timeout_s, 600.0); // one default, in the struct
-  EXPECT_EQ(parsed.parallel.dp, 2);
-  EXPECT_DOUBLE_EQ(*parsed.train.min_lr, parsed.train.lr / 10.0);
-  // and a rule between keys names the key for a RunConfig made in code too
-  made.parallel.tp = 3;
-  EXPECT_THROW(validate(made, 2), Error);
+  for (const Arch arch : {Arch::gpt2, Arch::llama}) {
+    SCOPED_TRACE(name(arch));
+    const std::string deck = "[model]\narch = \"" + std::string(name(arch)) +
+                             "\"\nn_layer = 4\nn_head = 4\nd_model = 64\nseq_len = 32\n"
+                             "vocab_size = 256\n[train]\nsteps = 10\nglobal_batch = 8\n"
+                             "micro_batch = 2\n[data]\npath = \"x.bin\"\n";
+    const RunConfig parsed = parse_deck(deck, "minimal.toml", {}, 2);
+    RunConfig made;
+    made.model.arch = arch;
+    made.model.n_layer = 4;
+    made.model.n_head = 4;
+    made.model.d_model = 64;
+    made.model.seq_len = 32;
+    made.model.vocab_size = 256;
+    made.train.steps = 10;
+    made.train.global_batch = 8;
+    made.train.micro_batch = 2;
+    made.data.path = "x.bin";
+    validate(made, 2);
+    EXPECT_EQ(made.model, parsed.model);
+    EXPECT_EQ(made.parallel, parsed.parallel);
+    EXPECT_EQ(made.train, parsed.train);
+    EXPECT_EQ(made.data, parsed.data);
+    EXPECT_EQ(made.checkpoint, parsed.checkpoint);
+    EXPECT_EQ(made.comm, parsed.comm);
+    EXPECT_EQ(made.device, parsed.device);
+    EXPECT_EQ(made.log, parsed.log);
+    EXPECT_EQ(made.runtime, parsed.runtime);
+    EXPECT_EQ(*parsed.model.tie_embeddings, arch == Arch::gpt2); // resolved, per architecture
+    EXPECT_EQ(parsed.runtime.hang_timeout_s, 600.0); // one default, in the struct
+    EXPECT_EQ(parsed.parallel.dp, 2);
+    EXPECT_DOUBLE_EQ(*parsed.train.min_lr, parsed.train.lr / 10.0);
+    // and a rule between keys names the key for a RunConfig made in code too
+    made.parallel.tp = 3;
+    EXPECT_THROW(validate(made, 2), Error);
+  }
+}
+
+// A checkpoint resumes only under the same model description (checkpoint/read.cpp). Every
+// [model] key of the deck table is part of it: for each key, a deck changed in that key alone
+// gives a description that differs in that key. A key added to the table without a
+// value below fails here, so no model key can be left out of the resume check.
+TEST(Config, ModelDescriptionComparesEveryModelKey) {
+  const std::map<std::string, std::string> other = {
+      {"arch", "\"gpt2\""}, {"n_layer", "6"},         {"n_head", "8"},
+      {"d_model", "128"},     {"seq_len", "64"},        {"vocab_size", "512"},
+      {"tie_embeddings", "true"}, {"n_kv_head", "2"},  {"ffn_hidden", "512"},
+      {"rope_theta", "500000.0"}, {"norm_eps", "1e-6"}};
+  const std::string llama = "[model]\narch = \"llama\"\nn_layer = 4\nn_head = 4\nd_model = 64\n"
+                            "seq_len = 32\nvocab_size = 256\n[train]\nsteps = 10\n"
+                            "global_batch = 8\nmicro_batch = 2\n[data]\npath = \"x.bin\"\n";
+  const auto base = model_description(parse_deck(llama, "llama.toml", {}, 2).model);
+  for (const DeckKey& k : deck_keys()) {
+    if (k.section != "model") continue;
+    SCOPED_TRACE(k.name);
+    ASSERT_TRUE(other.count(k.name)) << "give model." << k.name << " another value here";
+    const ModelConfig m =
+        parse_deck(llama, "llama.toml", {"model." + k.name + "=" + other.at(k.name)}, 2).model;
+    const auto changed = model_description(m);
+    ASSERT_EQ(changed.size(), base.size());
+    bool compared = false; // derived keys may change with it (n_head: n_kv_head's default)
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      if (base[i].first == k.name) compared = base[i].second != changed[i].second;
+    }
+    EXPECT_TRUE(compared) << "model." << k.name << " changed, its description did not";
+  }
+  // derived values count as what they resolve to: n_kv_head = 0 is n_head, 4 here
+  const ModelConfig same = parse_deck(llama, "llama.toml", {"model.n_kv_head=4"}, 2).model;
+  EXPECT_EQ(model_description(same), base);
 }
 
 TEST(Config, TinyDeckDerivesDataParallelismFromRanks) {
@@ -85,7 +127,7 @@ TEST(Config, DefaultsAreFilledIn) {
   const RunConfig c = parse_deck(kTiny, "tiny.toml", {"train.min_lr=0.0001"}, 2);
   EXPECT_DOUBLE_EQ(c.train.beta2, 0.95);
   EXPECT_EQ(c.parallel.schedule, ScheduleKind::one_f_one_b);
-  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_TRUE(tied(c.model));
   EXPECT_FALSE(c.comm.allreduce.has_value()); // "auto"
   EXPECT_EQ(c.comm.gpu_collectives, GpuTransport::automatic);
   EXPECT_EQ(c.comm.gpu_p2p, GpuTransport::mpi);

@@ -159,7 +159,7 @@ TEST_P(Parity, LogitsLossAndEveryGradient) {
   const float loss = stage->forward(a);
 
   // logits = lnf @ head^T, recomputed from the model's final-norm output
-  const auto& head = stage->layout().at(c_.model.tie_embeddings ? "wte" : "lm_head/weight");
+  const auto& head = stage->layout().at(tied(c_.model) ? "wte" : "lm_head/weight");
   std::vector<float> logits(static_cast<std::size_t>(N) * c_.model.vocab_size);
   ops::matmul_forward(logits.data(), host(a.lnf.data(), a.lnf.size()).data(),
                       host(stage->params() + head.offset, head.size).data(), nullptr, N,
