@@ -15,6 +15,7 @@
 #include "config/deck_keys.hpp"
 #include "config/load_deck.hpp"
 #include "engine/trainer.hpp"
+#include "model/schema.hpp"
 #include "ops.hpp"
 #include "plan/planner.hpp"
 #include "schedule/cli.hpp"
@@ -32,6 +33,30 @@ int world_rank() {
   return r;
 }
 
+// `pipetrain schema model.KEY=VALUE ...`: the tensor table (model/schema.hpp) of that model as
+// JSON, for tools/hf_format.py.
+int schema(int argc, char** argv) {
+  std::vector<std::string> model(argv + 2, argv + argc);
+  for (const std::string& kv : model) {
+    if (kv.rfind("model.", 0) != 0) {
+      std::fprintf(stderr, "pipetrain: error: schema takes model.KEY=VALUE, not '%s'\n",
+                   kv.c_str());
+      return static_cast<int>(pt::ExitCode::bad_input);
+    }
+  }
+  // the model's keys, in a deck whose other required keys are placeholders
+  const std::string deck = "[train]\nsteps = 1\nglobal_batch = 1\nmicro_batch = 1\n"
+                           "[data]\npath = \"-\"\n";
+  try {
+    const pt::RunConfig c = pt::parse_deck(deck, "schema", model, 1);
+    std::fputs(pt::schema_json(c.model).c_str(), stdout);
+    return 0;
+  } catch (const pt::Error& e) {
+    std::fprintf(stderr, "pipetrain: error: %s\n", e.what());
+    return static_cast<int>(e.code());
+  }
+}
+
 // Every rank runs this; only rank 0 prints. Returns the process exit code.
 int run(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "plan") {
@@ -46,10 +71,12 @@ int run(int argc, char** argv) {
     if (world_rank() == 0) std::fputs(pt::deck_keys_markdown().c_str(), stdout);
     return 0;
   }
+  if (argc > 1 && std::string(argv[1]) == "schema") return world_rank() == 0 ? schema(argc, argv) : 0;
   CLI::App app{"pipetrain: pipeline/data/tensor-parallel GPT training on MPI clusters.\n"
                "Usage: mpirun -np N pipetrain DECK.toml [section.key=value ...]"};
   app.footer("Every deck key: pipetrain keys (docs/deck.md). The planner: pipetrain plan --help. "
-             "Schedules: pipetrain schedule --help. Threads per rank: device.threads.");
+             "Schedules: pipetrain schedule --help. Tensors: pipetrain schema model.KEY=VALUE... "
+             "Threads per rank: device.threads.");
   app.set_version_flag("--version", std::string("pipetrain ") + PIPETRAIN_VERSION);
   std::string deck;
   std::vector<std::string> overrides;

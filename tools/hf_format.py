@@ -8,7 +8,8 @@ map from pipetrain's tensor names to theirs.
 
 Only numpy is needed. The model's keys come from the checkpoint's resolved deck (/config), which
 records the architecture whole (arch, tie_embeddings and, for llama, n_kv_head, ffn_hidden,
-rope_theta, norm_eps).
+rope_theta, norm_eps); which Hugging Face tensor each of pipetrain's is comes from pipetrain's
+own tensor table (`pipetrain schema`), not from this file.
 """
 import json
 import struct
@@ -36,66 +37,50 @@ def write_safetensors(path, tensors, metadata=None):
             f.write(b)
 
 
-def hf_model(model, params):
-    """(config.json's dict, name -> array in Hugging Face's names) for the deck's [model] table and
-    pipetrain's tensors (name -> array, names as in docs/design.md section 8)."""
-    if model.get("arch", "gpt2") == "llama":
-        return llama(model, params)
-    return gpt2(model, params)
+def hf_model(model, params, schema):
+    """(config.json's dict, name -> array in Hugging Face's names) for the deck's [model] table,
+    pipetrain's tensors (name -> array, names as in docs/design.md section 8) and the model's
+    tensor table (`pipetrain schema`, the JSON of src/model/schema.hpp)."""
+    config = llama_config(model) if model.get("arch", "gpt2") == "llama" else gpt2_config(model)
+    return config, hf_tensors(params, schema)
 
 
-def gpt2(m, p):
-    C, L = m["d_model"], m["n_layer"]
-    tied = m.get("tie_embeddings", True)
-    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
-              "vocab_size": m["vocab_size"], "n_positions": m["seq_len"], "n_embd": C,
-              "n_layer": L, "n_head": m["n_head"], "n_inner": 4 * C,
-              "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
-              "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-              "bos_token_id": 0, "eos_token_id": 0, "tie_word_embeddings": tied,
-              "torch_dtype": "float32"}
-    out = {"transformer.wte.weight": p["wte"], "transformer.wpe.weight": p["wpe"],
-           "transformer.ln_f.weight": p["lnf/weight"], "transformer.ln_f.bias": p["lnf/bias"]}
-    # GPT-2's attention and MLP matrices are Conv1D: stored (in, out), a Linear's transpose
-    names = {"ln1": "ln_1", "ln2": "ln_2", "attn/qkv": "attn.c_attn", "attn/proj": "attn.c_proj",
-             "mlp/fc": "mlp.c_fc", "mlp/proj": "mlp.c_proj"}
-    for i in range(L):
-        for ours, theirs in names.items():
-            for kind in ("weight", "bias"):
-                x = p[f"h/{i:03d}/{ours}/{kind}"]
-                if kind == "weight" and "ln" not in ours:
-                    x = x.T
-                out[f"transformer.h.{i}.{theirs}.{kind}"] = x
-    if not tied:
-        out["lm_head.weight"] = p["lm_head/weight"]
-    return config, out
+def hf_tensors(params, schema):
+    """Each tensor under its Hugging Face name(s): where it has several, split into its stacked
+    parts by the schema's global rows; each transposed where Hugging Face stores it (columns,
+    rows)."""
+    specs = {t["name"]: t for t in schema["tensors"]}
+    out = {}
+    for name, x in params.items():
+        layer, rest = "", name
+        if name.startswith("h/"):  # h/NNN/<block tensor>
+            layer, rest = str(int(name[2:5])), name[6:]
+        spec = specs[rest]
+        begin, parts = 0, spec["parts"] if len(spec["hf"]) > 1 else [x.shape[0]]
+        for pattern, rows in zip(spec["hf"], parts):
+            part = x[begin:begin + rows]
+            begin += rows
+            out[pattern.replace("{}", layer)] = part.T if spec["hf_transposed"] else part
+    return out
 
 
-def llama(m, p):
-    C, L, NH, NKV = m["d_model"], m["n_layer"], m["n_head"], m["n_kv_head"]
-    HD, F = C // NH, m["ffn_hidden"]
-    tied = m["tie_embeddings"]
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-              "vocab_size": m["vocab_size"], "hidden_size": C, "intermediate_size": F,
-              "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV,
-              "max_position_embeddings": m["seq_len"], "rms_norm_eps": m["norm_eps"],
-              "rope_theta": m["rope_theta"], "hidden_act": "silu", "attention_bias": False,
-              "mlp_bias": False, "bos_token_id": 0, "eos_token_id": 0,
-              "tie_word_embeddings": tied, "torch_dtype": "float32"}
-    out = {"model.embed_tokens.weight": p["wte"], "model.norm.weight": p["lnf/weight"]}
-    for i in range(L):
-        ours, theirs = f"h/{i:03d}/", f"model.layers.{i}."
-        qkv, fc = p[ours + "attn/qkv/weight"], p[ours + "mlp/fc/weight"]
-        out.update({
-            theirs + "input_layernorm.weight": p[ours + "ln1/weight"],
-            theirs + "self_attn.q_proj.weight": qkv[:NH * HD],
-            theirs + "self_attn.k_proj.weight": qkv[NH * HD:(NH + NKV) * HD],
-            theirs + "self_attn.v_proj.weight": qkv[(NH + NKV) * HD:],
-            theirs + "self_attn.o_proj.weight": p[ours + "attn/proj/weight"],
-            theirs + "post_attention_layernorm.weight": p[ours + "ln2/weight"],
-            theirs + "mlp.gate_proj.weight": fc[:F],
-            theirs + "mlp.up_proj.weight": fc[F:],
-            theirs + "mlp.down_proj.weight": p[ours + "mlp/proj/weight"]})
-    if not tied:
-        out["lm_head.weight"] = p["lm_head/weight"]
-    return config, out
+def gpt2_config(m):
+    C = m["d_model"]
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+            "vocab_size": m["vocab_size"], "n_positions": m["seq_len"], "n_embd": C,
+            "n_layer": m["n_layer"], "n_head": m["n_head"], "n_inner": 4 * C,
+            "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+            "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+            "bos_token_id": 0, "eos_token_id": 0,
+            "tie_word_embeddings": m.get("tie_embeddings", True), "torch_dtype": "float32"}
+
+
+def llama_config(m):
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "vocab_size": m["vocab_size"], "hidden_size": m["d_model"],
+            "intermediate_size": m["ffn_hidden"], "num_hidden_layers": m["n_layer"],
+            "num_attention_heads": m["n_head"], "num_key_value_heads": m["n_kv_head"],
+            "max_position_embeddings": m["seq_len"], "rms_norm_eps": m["norm_eps"],
+            "rope_theta": m["rope_theta"], "hidden_act": "silu", "attention_bias": False,
+            "mlp_bias": False, "bos_token_id": 0, "eos_token_id": 0,
+            "tie_word_embeddings": m["tie_embeddings"], "torch_dtype": "float32"}

@@ -18,12 +18,12 @@ ParamLayout whole_layout(const ModelConfig& m) {
   return ParamLayout(m, StageSpec{true, true, 0, m.n_layer});
 }
 
-std::vector<Local> locals(Shards& s, const std::string& name) {
+std::vector<Local> locals(Shards& s, const ParamTensor& whole) {
   std::vector<Local> out;
   for (std::size_t c = 0; c < s.stages.size(); ++c) {
     const ParamLayout& lay = s.stages[c]->layout();
-    if (!lay.has(name)) continue;
-    const ParamTensor* t = &lay.at(name);
+    const ParamTensor* t = lay.find(whole.role, whole.layer);
+    if (t == nullptr) continue;
     out.push_back({s.stages[c], s.opts[c], t, static_cast<std::size_t>(t - lay.tensors().data()),
                    s.older != nullptr ? (*s.older)[c].data() : nullptr});
   }

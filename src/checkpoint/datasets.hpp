@@ -30,7 +30,7 @@ struct Local {
   float* older;      // 2bw's older weights of the chunk, or null
 };
 
-std::vector<Local> locals(Shards& s, const std::string& name);
+std::vector<Local> locals(Shards& s, const ParamTensor& whole);
 
 // A run of a copy's elements in one section: local elements [begin, begin + size) of the tensor
 // (its tp shard's flat order), at data in the chunk's backend memory.

@@ -109,51 +109,29 @@ struct Safetensors {
   }
 };
 
-// The Hugging Face pieces of one of pipetrain's tensors, stacked by rows in order; transposed:
-// each piece is stored (columns, rows) (GPT-2's Conv1D).
+// The Hugging Face pieces of one of pipetrain's tensors (model/schema.hpp), stacked by rows in
+// order; transposed: each piece is stored (columns, rows) (GPT-2's Conv1D).
 struct Recipe {
   std::vector<std::string> pieces;
   bool transposed = false;
 };
 
-Recipe recipe(const ModelConfig& m, const std::string& name) {
-  const bool llama = m.arch == Arch::llama;
-  if (name == "wte") return {{llama ? "model.embed_tokens.weight" : "transformer.wte.weight"}};
-  if (name == "wpe") return {{"transformer.wpe.weight"}};
-  if (name == "lm_head/weight") return {{"lm_head.weight"}};
-  if (name.rfind("lnf/", 0) == 0) {
-    return {{llama ? "model.norm.weight" : "transformer.ln_f." + name.substr(4)}};
+Recipe recipe(const ModelConfig& m, Role role, int layer) {
+  for (const TensorSpec& s : schema(m.arch)) {
+    if (s.role != role) continue;
+    Recipe r{{}, s.hf_transposed};
+    for (const char* p : s.hf) r.pieces.push_back(hf_name(p, layer));
+    return r;
   }
-  const std::string layer = std::to_string(std::stoi(name.substr(2, 3))), rest = name.substr(6);
-  if (llama) {
-    const std::string p = "model.layers." + layer + ".";
-    if (rest == "ln1/weight") return {{p + "input_layernorm.weight"}};
-    if (rest == "ln2/weight") return {{p + "post_attention_layernorm.weight"}};
-    if (rest == "attn/qkv/weight") {
-      return {{p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-               p + "self_attn.v_proj.weight"}};
-    }
-    if (rest == "attn/proj/weight") return {{p + "self_attn.o_proj.weight"}};
-    if (rest == "mlp/fc/weight") return {{p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}};
-    return {{p + "mlp.down_proj.weight"}}; // mlp/proj/weight
-  }
-  const std::string p = "transformer.h." + layer + ".";
-  const std::string module = rest.substr(0, rest.rfind('/')), kind = rest.substr(rest.rfind('/'));
-  const std::string hf = module == "ln1"         ? "ln_1"
-                         : module == "ln2"       ? "ln_2"
-                         : module == "attn/qkv"  ? "attn.c_attn"
-                         : module == "attn/proj" ? "attn.c_proj"
-                         : module == "mlp/fc"    ? "mlp.c_fc"
-                                                 : "mlp.c_proj";
-  return {{p + hf + "." + kind.substr(1)}, kind == "/weight" && module.rfind("ln", 0) != 0};
+  return {};
 }
 
 // The whole tensor t (global shape) from its recipe's pieces, or why it cannot be made.
 std::vector<float> assemble(Safetensors& st, const ModelConfig& m, const ParamTensor& t,
                             const std::string& dir) {
-  Recipe r = recipe(m, t.name);
-  if (t.name == "lm_head/weight" && st.find("lm_head.weight") == nullptr) {
-    r = recipe(m, "wte"); // a tied file: the head is the embedding
+  Recipe r = recipe(m, t.role, t.layer);
+  if (t.role == Role::lm_head && st.find(r.pieces.at(0)) == nullptr) {
+    r = recipe(m, Role::wte, -1); // a tied file: the head is the embedding
   }
   const long long cols = t.global_shape.size() > 1 ? t.global_shape[1] : 1;
   std::vector<float> whole;
@@ -180,7 +158,7 @@ std::vector<float> assemble(Safetensors& st, const ModelConfig& m, const ParamTe
       throw input_error(os.str());
     }
     // GPT-2's position table may be longer than the deck's seq_len: its first rows are taken
-    if (t.name == "wpe" && rows > t.global_shape[0]) {
+    if (t.role == Role::wpe && rows > t.global_shape[0]) {
       x.resize(static_cast<std::size_t>(t.global_shape[0] * cols));
     }
     if (r.transposed) { // (cols, rows) stored: pipetrain's (rows, cols)

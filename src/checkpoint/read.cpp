@@ -160,7 +160,7 @@ void read_tensors(const std::vector<H5>& sets, const ParamLayout& whole, const L
   for (int sec = 0; sec < shards.sections(); ++sec) {
     for (const ParamTensor& gt : whole.tensors()) {
       const hid_t ds = sets[k++].get();
-      for (const Local& l : locals(shards, gt.name)) {
+      for (const Local& l : locals(shards, gt)) {
         for (const Slice& piece : slices(l, sec)) {
           if (err) return;
           read_slice(ds, l, piece, layout, staged, dataset_name(sec, gt), path, err);
@@ -187,7 +187,7 @@ void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, con
       if (!read_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, want[i]) && !err) {
         err = ckpt_error(path, "dataset " + dataset_name(sec, gt) + " has no checksum attribute");
       }
-      for (const Local& l : locals(shards, gt.name)) {
+      for (const Local& l : locals(shards, gt)) {
         if (!writes(l, sec, layout, turns, k)) continue;
         for (const Slice& piece : slices(l, sec)) {
           const float* x = readable(l.stage->backend(), piece.data, piece.size, staged);

@@ -64,7 +64,7 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
             H5Dclose);
       ok &= ds.ok();
       bool wrote = false;
-      for (const Local& l : locals(shards, gt.name)) {
+      for (const Local& l : locals(shards, gt)) {
         if (!writes(l, sec, layout, turns, k)) continue;
         for (const Slice& piece : slices(l, sec)) {
           H5 fspace(H5Dget_space(ds.get()), H5Sclose);

@@ -68,7 +68,6 @@ struct Run {
   std::unique_ptr<GroupReducer> embedding_reduce; // tied embedding across the first/last stage
   std::vector<Chunk> chunks;                      // chunk c: plan.schedule.stage_of(pp rank, c)
   ParamLayout whole;                              // every tensor of the model, in model order
-  std::map<std::string, std::size_t> tensor_index;
   std::unique_ptr<PipelineEngine> engine;
   WeightVersions two_bw;    // schedule = "2bw"
   Trace trace;              // log.trace

@@ -186,14 +186,11 @@ void make_chunks(Run& run) {
     }
     run.chunks.push_back(std::move(chunk));
   }
-  for (std::size_t i = 0; i < run.whole.tensors().size(); ++i) {
-    run.tensor_index[run.whole.tensors()[i].name] = i;
-  }
   for (Chunk& c : run.chunks) {
     const std::vector<ParamTensor>& tensors = c.stage->layout().tensors();
     for (const Optimizer::Span& span : c.opt->grad_spans()) {
       if (!c.stage->counts_in_norm(tensors[span.tensor])) continue;
-      c.norm.index.push_back(run.tensor_index.at(tensors[span.tensor].name));
+      c.norm.index.push_back(run.whole.index_of(tensors[span.tensor]));
       c.norm.offset.push_back(span.offset);
       c.norm.size.push_back(span.size);
     }

@@ -53,9 +53,9 @@ void sum_tied_embedding(Run& run) {
       sched.stages() > 1) {
     GptStage& first = *run.chunks[0].stage;
     GptStage& last = *run.chunks[1].stage;
-    const ParamTensor& wte = first.layout().at("wte");
+    const ParamTensor& wte = *first.layout().find(Role::wte);
     float* g0 = first.grads() + wte.offset;
-    float* g1 = last.grads() + last.layout().at("wte").offset;
+    float* g1 = last.grads() + last.layout().find(Role::wte)->offset;
     run.be.accumulate(g0, g1, wte.size);
     run.be.copy(g1, g0, wte.size * sizeof(float));
     run.be.synchronize();
@@ -65,7 +65,7 @@ void sum_tied_embedding(Run& run) {
   const int v = run.cfg.parallel.virtual_stages;
   GptStage& edge =
       *run.chunks[run.layout.coords().pp == 0 ? 0 : static_cast<std::size_t>(v - 1)].stage;
-  const ParamTensor& wte = edge.layout().at("wte");
+  const ParamTensor& wte = *edge.layout().find(Role::wte);
   run.embedding_reduce->sum(edge.grads() + wte.offset, wte.size);
 }
 

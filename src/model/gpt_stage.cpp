@@ -18,11 +18,6 @@ std::uint64_t name_hash(const std::string& s) {
   return h;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 } // namespace
 
 GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp,
@@ -113,40 +108,38 @@ void GptStage::sum_sequence_parallel_grads() {
 }
 
 void GptStage::find_tensors() {
-  static const char* const kBlock[12] = {"ln1/weight",    "ln1/bias",         "attn/qkv/weight",
-                                         "attn/qkv/bias", "attn/proj/weight", "attn/proj/bias",
-                                         "ln2/weight",    "ln2/bias",         "mlp/fc/weight",
-                                         "mlp/fc/bias",   "mlp/proj/weight",  "mlp/proj/bias"};
-  for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
-    const std::string p = layer_prefix(l);
-    std::array<std::size_t, 12> o{};
-    for (std::size_t k = 0; k < o.size(); ++k) { // llama has no biases: kNone
-      o[k] = layout_.has(p + kBlock[k]) ? layout_.at(p + kBlock[k]).offset : kNone;
-    }
-    block_offsets_.push_back(o);
-  }
-  static const char* const kEdges[5] = {"wte", "wpe", "lnf/weight", "lnf/bias", "lm_head/weight"};
-  for (std::size_t k = 0; k < edge_offsets_.size(); ++k) {
-    edge_offsets_[k] = layout_.has(kEdges[k]) ? layout_.at(kEdges[k]).offset : kNone;
+  block_offsets_.assign(static_cast<std::size_t>(spec_.layer_end - spec_.layer_begin), Offsets{});
+  for (Offsets& o : block_offsets_) o.fill(kNone);
+  edge_offsets_.fill(kNone);
+  for (const ParamTensor& t : layout_.tensors()) {
+    Offsets& o = t.layer < 0 ? edge_offsets_
+                             : block_offsets_[static_cast<std::size_t>(t.layer - spec_.layer_begin)];
+    o[static_cast<std::size_t>(t.role)] = t.offset;
   }
 }
 
 BlockTensors GptStage::block(float* base, int layer) const {
-  const auto& o = block_offsets_[static_cast<std::size_t>(layer - spec_.layer_begin)];
-  auto at = [&](std::size_t k) { return o[k] == kNone ? nullptr : base + o[k]; };
-  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
+  const Offsets& o = block_offsets_[static_cast<std::size_t>(layer - spec_.layer_begin)];
+  auto at = [&](Role r) {
+    const std::size_t off = o[static_cast<std::size_t>(r)];
+    return off == kNone ? nullptr : base + off; // llama has no biases
+  };
+  return {at(Role::ln1_w),  at(Role::ln1_b), at(Role::qkv_w), at(Role::qkv_b),
+          at(Role::proj_w), at(Role::proj_b), at(Role::ln2_w), at(Role::ln2_b),
+          at(Role::fc_w),   at(Role::fc_b),  at(Role::fcp_w), at(Role::fcp_b)};
 }
 
 EdgeTensors GptStage::edges(float* base) const {
-  auto at = [&](std::size_t k) {
-    return edge_offsets_[k] == kNone ? nullptr : base + edge_offsets_[k];
+  auto at = [&](Role r) {
+    const std::size_t off = edge_offsets_[static_cast<std::size_t>(r)];
+    return off == kNone ? nullptr : base + off;
   };
   EdgeTensors e;
-  e.wte = at(0);
-  e.wpe = at(1);
-  e.lnf_w = at(2);
-  e.lnf_b = at(3);
-  e.lm_head = tied(model_) ? e.wte : at(4);
+  e.wte = at(Role::wte);
+  e.wpe = at(Role::wpe);
+  e.lnf_w = at(Role::lnf_w);
+  e.lnf_b = at(Role::lnf_b);
+  e.lm_head = tied(model_) ? e.wte : at(Role::lm_head);
   return e;
 }
 
@@ -156,23 +149,19 @@ void GptStage::init_parameters(std::uint64_t seed) {
   float* base = be_.on_host() ? params_.data() : host.data();
   for (const auto& t : layout_.tensors()) {
     float* p = base + t.offset;
-    if (ends_with(t.name, "bias")) {
-      std::fill(p, p + t.size, 0.0f);
-    } else if (t.norm) {
-      std::fill(p, p + t.size, 1.0f);
-    } else {
-      const bool resid =
-          ends_with(t.name, "attn/proj/weight") || ends_with(t.name, "mlp/proj/weight");
-      const double std = resid ? resid_std : 0.02;
-      const std::uint64_t h = name_hash(t.name);
-      for (std::size_t i = 0; i < t.size; ++i) {
-        // Box-Muller on two counter-based uniforms of the element's index in the whole tensor
-        const std::size_t g = layout_.global_index(t, i);
-        const double u1 = unit_open0(hash3(seed, h, 2 * g));
-        const double u2 = unit_open0(hash3(seed, h, 2 * g + 1));
-        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-        p[i] = static_cast<float>(std * z);
-      }
+    if (t.init == Init::zeros || t.init == Init::ones) {
+      std::fill(p, p + t.size, t.init == Init::ones ? 1.0f : 0.0f);
+      continue;
+    }
+    const double std = t.init == Init::residual ? resid_std : 0.02;
+    const std::uint64_t h = name_hash(t.name);
+    for (std::size_t i = 0; i < t.size; ++i) {
+      // Box-Muller on two counter-based uniforms of the element's index in the whole tensor
+      const std::size_t g = layout_.global_index(t, i);
+      const double u1 = unit_open0(hash3(seed, h, 2 * g));
+      const double u2 = unit_open0(hash3(seed, h, 2 * g + 1));
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+      p[i] = static_cast<float>(std * z);
     }
   }
   if (!be_.on_host()) from_host(be_, params_.data(), host.data(), host.size());

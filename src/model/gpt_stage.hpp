@@ -107,7 +107,7 @@ public:
   void fold_tied_head_grad();
   // Whether this stage counts tensor t in the global gradient norm (each tensor exactly once
   // across stages: the head stage's copy of a tied wte is not counted).
-  bool owns(const ParamTensor& t) const { return !(t.name == "wte" && !spec_.first); }
+  bool owns(const ParamTensor& t) const { return !(t.role == Role::wte && !spec_.first); }
   // Whether this rank adds t to the norm: owned, and sharded or (if replicated) tp rank 0.
   bool counts_in_norm(const ParamTensor& t) const {
     return owns(t) && (t.shard_dim >= 0 || tp_.rank == 0);
@@ -245,12 +245,13 @@ private:
   StageStash fused_;           // one block's stash, reused by backward() block after block
   FloatBuffer head_grad_;      // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
   std::vector<float> losses_host_; // (N) a device backend's losses, read back by forward()
-  // Found by name once, at construction: per block of the stage its 12 tensors' offsets in the
-  // flat buffers (BlockTensors' order), and the edge tensors' (kNone where the stage has none).
-  // The step path takes its pointers from here.
+  // Found once, at construction: per block of the stage each role's offset in the flat buffers,
+  // and the edge tensors' (kNone where the stage or the architecture has none). The step path
+  // takes its pointers from here.
+  using Offsets = std::array<std::size_t, kRoles>;
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
-  std::vector<std::array<std::size_t, 12>> block_offsets_;
-  std::array<std::size_t, 5> edge_offsets_{}; // wte, wpe, lnf weight, lnf bias, lm_head
+  std::vector<Offsets> block_offsets_;
+  Offsets edge_offsets_{};
 };
 
 } // namespace pt

@@ -13,80 +13,55 @@ std::string layer_prefix(int layer) {
   return buf;
 }
 
-void ParamLayout::add(std::string name, std::vector<int> global_shape, bool decay, int layer,
-                      int shard_dim, std::vector<int> part_rows) {
+void ParamLayout::add(const TensorSpec& spec, const ModelConfig& m, int layer) {
   ParamTensor t;
-  t.name = std::move(name);
-  t.global_shape = global_shape;
-  t.shard_dim = tp_ > 1 ? shard_dim : -1;
-  t.part_rows = part_rows.empty() ? std::vector<int>{global_shape[0]} : std::move(part_rows);
-  std::vector<int> shape = global_shape;
+  t.role = spec.role;
+  t.name = layer >= 0 ? layer_prefix(layer) + spec.name : spec.name;
+  t.global_shape = spec.shape(m);
+  t.shard_dim = tp_ == 1 || spec.split == TpSplit::replicated ? -1
+                : spec.split == TpSplit::rows                 ? 0
+                                                              : 1;
+  t.part_rows = spec.parts ? spec.parts(m) : std::vector<int>{t.global_shape[0]};
+  std::vector<int> shape = t.global_shape;
   if (t.shard_dim >= 0) shape[static_cast<std::size_t>(t.shard_dim)] /= tp_;
   t.size = 1;
   for (int s : shape) t.size *= static_cast<std::size_t>(s);
   t.shape = std::move(shape);
   t.offset = total_;
-  t.decay = decay;
+  t.decay = spec.decay;
+  t.norm = spec.norm;
+  t.init = spec.init;
   t.layer = layer;
   // every tensor starts on the buffers' alignment inside the flat buffer
   total_ += aligned_bytes(t.size * sizeof(float)) / sizeof(float);
-  t.norm = t.name.find("ln1/") != std::string::npos || t.name.find("ln2/") != std::string::npos ||
-           t.name.rfind("lnf/", 0) == 0;
   tensors_.push_back(std::move(t));
 }
 
 ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_rank, int tp)
     : tp_rank_(tp_rank), tp_(tp) {
-  const int C = m.d_model;
-  const int V = m.vocab_size;
-  // The tied LM head uses wte, so the last stage holds wte too (its gradient is reduced with
-  // the first stage's when they are different ranks).
-  if (stage.first || (stage.last && tied(m))) add("wte", {V, C}, true, -1, 0);
-  if (m.arch == Arch::llama) {
-    add_llama(m, stage);
-    return;
+  // The tied head uses wte, so the last stage holds wte too (its gradient is reduced with the
+  // first stage's when they are different ranks).
+  const auto held = [&](Scope s) {
+    switch (s) {
+    case Scope::embedding: return stage.first || (stage.last && tied(m));
+    case Scope::first: return stage.first;
+    case Scope::last: return stage.last;
+    case Scope::head: return stage.last && !tied(m);
+    case Scope::block: return false; // per layer, below
+    }
+    return false;
+  };
+  const auto& table = schema(m.arch);
+  for (const TensorSpec& s : table) {
+    if ((s.scope == Scope::embedding || s.scope == Scope::first) && held(s.scope)) add(s, m, -1);
   }
-  if (stage.first) add("wpe", {m.seq_len, C}, true, -1);
   for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
-    const std::string p = layer_prefix(l);
-    add(p + "ln1/weight", {C}, false, l);
-    add(p + "ln1/bias", {C}, false, l);
-    add(p + "attn/qkv/weight", {3 * C, C}, true, l, 0, {C, C, C});
-    add(p + "attn/qkv/bias", {3 * C}, false, l, 0, {C, C, C});
-    add(p + "attn/proj/weight", {C, C}, true, l, 1);
-    add(p + "attn/proj/bias", {C}, false, l);
-    add(p + "ln2/weight", {C}, false, l);
-    add(p + "ln2/bias", {C}, false, l);
-    add(p + "mlp/fc/weight", {4 * C, C}, true, l, 0);
-    add(p + "mlp/fc/bias", {4 * C}, false, l, 0);
-    add(p + "mlp/proj/weight", {C, 4 * C}, true, l, 1);
-    add(p + "mlp/proj/bias", {C}, false, l);
+    for (const TensorSpec& s : table) {
+      if (s.scope == Scope::block) add(s, m, l);
+    }
   }
-  if (stage.last) {
-    add("lnf/weight", {C}, false, -1);
-    add("lnf/bias", {C}, false, -1);
-    if (!tied(m)) add("lm_head/weight", {V, C}, true, -1, 0);
-  }
-}
-
-// llama (docs/models.md): no positions, no biases; RMSNorm weights; qkv holds the n_head query
-// heads' rows, then the key heads', then the value heads'; fc holds the gate's rows, then the up
-// projection's (SwiGLU).
-void ParamLayout::add_llama(const ModelConfig& m, const StageSpec& stage) {
-  const int C = m.d_model, F = mlp_width(m), q = m.n_head * head_dim(m),
-            kv = kv_heads(m) * head_dim(m);
-  for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
-    const std::string p = layer_prefix(l);
-    add(p + "ln1/weight", {C}, false, l);
-    add(p + "attn/qkv/weight", {qkv_rows(m), C}, true, l, 0, {q, kv, kv});
-    add(p + "attn/proj/weight", {C, C}, true, l, 1);
-    add(p + "ln2/weight", {C}, false, l);
-    add(p + "mlp/fc/weight", {2 * F, C}, true, l, 0, {F, F});
-    add(p + "mlp/proj/weight", {C, F}, true, l, 1);
-  }
-  if (stage.last) {
-    add("lnf/weight", {C}, false, -1);
-    if (!tied(m)) add("lm_head/weight", {m.vocab_size, C}, true, -1, 0);
+  for (const TensorSpec& s : table) {
+    if ((s.scope == Scope::last || s.scope == Scope::head) && held(s.scope)) add(s, m, -1);
   }
 }
 
@@ -118,34 +93,50 @@ const ParamTensor& ParamLayout::at(const std::string& name) const {
   throw std::out_of_range("parameter '" + name + "' is not held by this stage");
 }
 
-bool ParamLayout::has(const std::string& name) const {
+const ParamTensor* ParamLayout::find(Role role, int layer) const {
   for (const auto& t : tensors_) {
-    if (t.name == name) return true;
+    if (t.role == role && t.layer == layer) return &t;
   }
-  return false;
+  return nullptr;
 }
 
+std::size_t ParamLayout::index_of(const ParamTensor& t) const {
+  const ParamTensor* mine = find(t.role, t.layer);
+  if (mine == nullptr) throw std::out_of_range("parameter '" + t.name + "' is not in this layout");
+  return static_cast<std::size_t>(mine - tensors_.data());
+}
+
+namespace {
+
+// Elements of the architecture's tensors that `pick` selects (model/schema.hpp).
+template <class Pick> double schema_elements(const ModelConfig& m, Pick pick) {
+  double n = 0.0;
+  for (const TensorSpec& s : schema(m.arch)) {
+    if (!pick(s)) continue;
+    double size = 1.0;
+    for (int d : s.shape(m)) size *= d;
+    n += size;
+  }
+  return n;
+}
+
+} // namespace
+
 double layer_matrix_params(const ModelConfig& m) {
-  const double C = m.d_model;
-  if (m.arch == Arch::gpt2) return 12.0 * C * C;
-  return qkv_rows(m) * C + C * C + 3.0 * mlp_width(m) * C;
+  return schema_elements(
+      m, [&m](const TensorSpec& s) { return s.scope == Scope::block && s.shape(m).size() == 2; });
 }
 
 std::size_t layer_params(const ModelConfig& m) {
-  const std::size_t C = static_cast<std::size_t>(m.d_model);
-  // the norms' weights (gpt2: and their biases and the products' biases)
-  const std::size_t vectors = m.arch == Arch::gpt2 ? 13 * C : 2 * C;
-  return static_cast<std::size_t>(layer_matrix_params(m)) + vectors;
+  return static_cast<std::size_t>(
+      schema_elements(m, [](const TensorSpec& s) { return s.scope == Scope::block; }));
 }
 
 std::size_t count_model_params(const ModelConfig& m) {
-  const std::size_t C = static_cast<std::size_t>(m.d_model);
-  const std::size_t V = static_cast<std::size_t>(m.vocab_size);
-  const bool gpt2 = m.arch == Arch::gpt2;
-  std::size_t n = V * C + (gpt2 ? static_cast<std::size_t>(m.seq_len) * C : 0) +
-                  layer_params(m) * static_cast<std::size_t>(m.n_layer) + (gpt2 ? 2 : 1) * C;
-  if (!tied(m)) n += V * C;
-  return n;
+  const double edges = schema_elements(m, [&m](const TensorSpec& s) {
+    return s.scope != Scope::block && (s.scope != Scope::head || !tied(m));
+  });
+  return static_cast<std::size_t>(edges) + layer_params(m) * static_cast<std::size_t>(m.n_layer);
 }
 
 } // namespace pt

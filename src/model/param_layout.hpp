@@ -8,18 +8,21 @@
 #include <vector>
 
 #include "config/run_config.hpp"
+#include "model/schema.hpp"
 
 namespace pt {
 
 struct ParamTensor {
-  std::string name;
+  Role role = Role::wte;
+  std::string name; // the checkpoint's name (model/schema.hpp)
   std::vector<int> shape;        // this rank's shape (its tensor-parallel shard)
   std::vector<int> global_shape; // the whole tensor's shape (checkpoints store this)
   std::size_t offset = 0;        // in floats
   std::size_t size = 0;
   bool decay = false; // weight decay applies (matrices and embeddings, not biases or norms)
   int layer = -1;     // transformer layer, -1 for embeddings / final norm / head
-  bool norm = false;  // a LayerNorm's weight or bias (ln1, ln2, lnf)
+  bool norm = false;  // a norm's weight or bias (ln1, ln2, lnf)
+  Init init = Init::zeros;
   // Tensor parallelism: -1 replicated on every tp rank; 0 rows split; 1 columns split. A row
   // split of a tensor made of parts (part_rows: their global row counts, in order; empty: one)
   // gives each tp rank its share of every part (qkv: its heads' rows of q, of k and of v; llama's
@@ -48,14 +51,17 @@ public:
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }
-  // Offset of a tensor by name; throws std::out_of_range if this stage does not hold it.
+  // The tensor of a role (of a layer; -1 outside blocks), or null if this stage does not hold it.
+  const ParamTensor* find(Role role, int layer = -1) const;
+  // The index in tensors() of the tensor with t's role and layer (t from another stage's layout);
+  // throws std::out_of_range if this layout does not hold it.
+  std::size_t index_of(const ParamTensor& t) const;
+  // A tensor by its checkpoint name, for readers of names (tests, tools); throws
+  // std::out_of_range if this stage does not hold it.
   const ParamTensor& at(const std::string& name) const;
-  bool has(const std::string& name) const;
 
 private:
-  void add(std::string name, std::vector<int> global_shape, bool decay, int layer,
-           int shard_dim = -1, std::vector<int> part_rows = {});
-  void add_llama(const ModelConfig& m, const StageSpec& stage);
+  void add(const TensorSpec& spec, const ModelConfig& m, int layer);
 
   int tp_rank_ = 0, tp_ = 1;
   std::vector<ParamTensor> tensors_;

@@ -53,15 +53,13 @@ std::vector<ParamSummary> summarize_params(const std::vector<GptStage*>& chunks,
                                            const ParamLayout& whole, const Watchdog& watchdog,
                                            MPI_Comm tp, MPI_Comm pp) {
   const std::size_t G = whole.tensors().size();
-  std::map<std::string, std::size_t> index;
-  for (std::size_t g = 0; g < G; ++g) index[whole.tensors()[g].name] = g;
   std::vector<double> sums(2 * G, 0.0);
   std::vector<unsigned long long> digests(G, 0);
   std::vector<float> host; // a device backend's tensor
   for (const auto& c : chunks) {
     for (const auto& tensor : c->layout().tensors()) {
       if (!c->counts_in_norm(tensor)) continue;
-      const std::size_t g = index.at(tensor.name);
+      const std::size_t g = whole.index_of(tensor);
       const float* w = readable(c->backend(), c->params() + tensor.offset, tensor.size, host);
       unsigned long long h = 1469598103934665603ULL;
       const auto* bytes = reinterpret_cast<const unsigned char*>(w);

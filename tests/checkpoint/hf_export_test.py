@@ -70,7 +70,7 @@ for name, overrides in (("gpt2", []),
     ours = [json.loads(ln)["val_loss"] for ln in open(f"{d}/metrics.jsonl") if "val_loss" in ln][-1]
     out = f"{d}/hf"
     exp = subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "ckpt"), "export",
-                          f"{d}/ckpt/step_00000004.h5", out, "--format", "hf"],
+                          f"{d}/ckpt/step_00000004.h5", out, "--format", "hf", "--pipetrain", exe],
                          capture_output=True, text=True)
     if exp.returncode != 0:
         sys.exit(f"FAIL: {name}: export exited {exp.returncode}: {exp.stderr[-2000:]}")

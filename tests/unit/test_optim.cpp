@@ -86,7 +86,7 @@ TEST(Init, FollowsDesignAndDoesNotDependOnTheStage) {
   StageSpec middle{false, false, 1, 3};
   GptStage part(m, middle, 1);
   part.init_parameters(42);
-  EXPECT_FALSE(part.layout().has("wte"));
+  EXPECT_EQ(part.layout().find(Role::wte), nullptr);
   const auto& t = part.layout().at("h/002/mlp/proj/weight");
   for (std::size_t i = 0; i < t.size; ++i) {
     ASSERT_EQ(part.params()[t.offset + i], at("h/002/mlp/proj/weight")[i]);

@@ -1,0 +1,79 @@
+// The parameter tensors of each architecture as one table: for every tensor its role, its
+// checkpoint name, which stages hold it, its shape rule, whether it decays or is a norm, how
+// tensor parallelism splits it, how it is initialised and its Hugging Face name. ParamLayout, the
+// stage's tensor views, the initialiser, the checkpoint, the Hugging Face import and (through
+// `pipetrain schema`) the Hugging Face export all read it. A new architecture is one table here
+// and its few differing ops (docs/architecture.md, "Adding an architecture").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/run_config.hpp"
+
+namespace pt {
+
+// What a tensor is to the kernels, whatever its name. Block roles come between wpe and lnf_w.
+enum class Role {
+  wte,     // (V, C) token embedding; the head's weight when tied
+  wpe,     // (T, C) learned positions
+  ln1_w,   // (C) the attention's norm
+  ln1_b,   // (C)
+  qkv_w,   // (q + 2 kv rows, C) packed query, key and value projections
+  qkv_b,   // (q + 2 kv rows)
+  proj_w,  // (C, C) the attention's output projection
+  proj_b,  // (C)
+  ln2_w,   // (C) the MLP's norm
+  ln2_b,   // (C)
+  fc_w,    // (F or 2F, C) the MLP's input projection (llama: gate rows, then up rows)
+  fc_b,    // (F)
+  fcp_w,   // (C, F) the MLP's output projection
+  fcp_b,   // (C)
+  lnf_w,   // (C) the final norm
+  lnf_b,   // (C)
+  lm_head, // (V, C) the head's weight when untied
+};
+inline constexpr int kRoles = static_cast<int>(Role::lm_head) + 1;
+inline constexpr bool is_block_role(Role r) { return r >= Role::ln1_w && r <= Role::fcp_b; }
+const char* role_name(Role r);
+
+// Which stages hold a tensor: the first (embedding: and the last when the head is tied to it),
+// every block, the last (head: only when untied).
+enum class Scope { embedding, first, block, last, head };
+// Tensor parallelism: replicated, or split by rows (each part's rows, when made of parts) or
+// by columns.
+enum class TpSplit { replicated, rows, columns };
+// zeros; ones; normal: N(0, 0.02); residual: N(0, 0.02 / sqrt(2 n_layer)), the products that
+// write into the residual stream (GPT-2's scaled init).
+enum class Init { zeros, ones, normal, residual };
+
+using Dims = std::vector<int>;
+
+struct TensorSpec {
+  Role role;
+  const char* name; // the checkpoint path's end; block tensors lie under "h/NNN/"
+  Scope scope;
+  Dims (*shape)(const ModelConfig&); // the whole tensor's shape
+  Dims (*parts)(const ModelConfig&); // the global rows of its stacked parts; null: one part
+  bool decay;                        // AdamW's weight decay applies
+  bool norm;                         // a norm's weight or bias (sequence parallelism sums them)
+  TpSplit split;
+  Init init;
+  // Hugging Face's name, or with several, those of its parts (as `parts` gives their rows),
+  // stacked by rows in this order; "{}" is the layer
+  std::vector<const char*> hf;
+  bool hf_transposed; // each part stored (columns, rows) there (GPT-2's Conv1D)
+};
+
+// The architecture's tensors, in the order a stage's flat buffer holds them (embedding and first
+// scope, then each block's, then last and head).
+const std::vector<TensorSpec>& schema(Arch arch);
+
+// Hugging Face's name of one part of a tensor of layer `layer` (-1 outside blocks).
+std::string hf_name(const char* pattern, int layer);
+
+// The table as JSON, for tools/hf_format.py: the architecture's tensors with the shapes and parts
+// of model m resolved.
+std::string schema_json(const ModelConfig& m);
+
+} // namespace pt
