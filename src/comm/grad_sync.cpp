@@ -67,9 +67,10 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t buck
 }
 
 GradSync::GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp, Overlap overlap,
-                   AllreduceOptions opt, const Backend& be, std::unique_ptr<cuda::NcclComm> nccl)
+                   AllreduceOptions opt, const Backend& be, std::unique_ptr<cuda::NcclComm> nccl,
+                   ShardTarget zero)
     : grads_(grads), buckets_(std::move(buckets)), launched_(buckets_.size(), 0), overlap_(overlap),
-      watchdog_(opt.watchdog), be_(be), nccl_(std::move(nccl)) {
+      watchdog_(opt.watchdog), be_(be), nccl_(std::move(nccl)), zero_(std::move(zero)) {
   if (nccl_) return;    // no MPI communicator, reducer, thread or host copies
   if (!be_.on_host()) { // MPI reduces host copies of the buckets (docs/cuda.md)
     std::size_t extent = 0;
@@ -81,8 +82,70 @@ GradSync::GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp, O
   } else {
     PT_MPI(MPI_Comm_dup(dp, &comm_));
   }
-  if (overlap_ != Overlap::poll) reducer_ = std::make_unique<Allreducer>(comm_, opt);
+  if (scatters()) {
+    what_ = "the ZeRO-1 gradient reduce-scatter (dp group)";
+    group_ = std::make_unique<ReduceComm>(comm_, *watchdog_, what_);
+    const auto p = static_cast<std::size_t>(group_->size);
+    std::size_t widest = 0;
+    for (std::size_t each : zero_.each) widest = std::max(widest, each * p);
+    if (overlap_ != Overlap::poll) padded_.resize(widest);
+    if (overlap_ == Overlap::poll) {
+      for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        const std::size_t count = buckets_[b].count, each = zero_.each[b];
+        const std::size_t r = static_cast<std::size_t>(group_->rank);
+        received_.emplace_back(p * (std::min(count, each * (r + 1)) - std::min(count, each * r)));
+      }
+    }
+  } else if (overlap_ != Overlap::poll) {
+    reducer_ = std::make_unique<Allreducer>(comm_, opt);
+  }
   if (overlap_ == Overlap::thread) thread_ = std::thread([this] { worker(); });
+}
+
+void GradSync::scatter(std::size_t b, const float* data) {
+  const std::size_t count = buckets_[b].count, each = zero_.each[b];
+  std::copy(data, data + count, padded_.begin());
+  std::fill(padded_.begin() + static_cast<std::ptrdiff_t>(count),
+            padded_.begin() + static_cast<std::ptrdiff_t>(each * group_->size), 0.0f);
+  reduce_scatter_blocks(padded_.data(), zero_.shard + zero_.at[b], each, *group_, tmp_);
+}
+
+// Every rank's part of this rank's block of bucket b (the bucket's floats, not padded: a short
+// or empty last block sends what it has), received block after block in rank order.
+void GradSync::start_scatter(std::size_t b, const float* data) {
+  const std::size_t count = buckets_[b].count, each = zero_.each[b];
+  const int p = group_->size;
+  const auto at = [&](int k) { return std::min(count, each * static_cast<std::size_t>(k)); };
+  const int mine = static_cast<int>(at(group_->rank + 1) - at(group_->rank));
+  std::vector<int> sc(static_cast<std::size_t>(p)), sd(sc.size()), rc(sc.size()), rd(sc.size());
+  for (int k = 0; k < p; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    sc[i] = static_cast<int>(at(k + 1) - at(k));
+    sd[i] = static_cast<int>(at(k));
+    rc[i] = mine;
+    rd[i] = k * mine;
+  }
+  MPI_Request req;
+  PT_MPI(MPI_Ialltoallv(data, sc.data(), sd.data(), MPI_FLOAT, received_[b].data(), rc.data(),
+                        rd.data(), MPI_FLOAT, comm_, &req));
+  requests_.push_back(req);
+  received_from_.push_back(b);
+  watchdog_->count_collective();
+}
+
+// The received blocks summed in rank order, as reduce_scatter_blocks adds them; the padding
+// beyond the bucket's end is zero there too.
+void GradSync::collect(std::size_t b) {
+  const std::size_t each = zero_.each[b];
+  const std::size_t mine = received_[b].size() / static_cast<std::size_t>(group_->size);
+  float* out = zero_.shard + zero_.at[b];
+  const float* in = received_[b].data();
+  std::copy(in, in + mine, out);
+  for (int k = 1; k < group_->size; ++k) {
+    const float* x = in + static_cast<std::size_t>(k) * mine;
+    for (std::size_t i = 0; i < mine; ++i) out[i] += x[i];
+  }
+  std::fill(out + mine, out + each, 0.0f);
 }
 
 GradSync::~GradSync() {
@@ -118,7 +181,8 @@ void GradSync::worker() {
     }
     const double t0 = wall_time();
     try {
-      if (!error_) reducer_->sum(reduced(b), buckets_[b].count);
+      if (!error_ && scatters()) scatter(b, reduced(b));
+      if (!error_ && !scatters()) reducer_->sum(reduced(b), buckets_[b].count);
     } catch (...) {
       error_ = std::current_exception(); // rethrown by finish() on the trainer's thread
     }
@@ -144,6 +208,8 @@ void GradSync::launch(std::size_t b) {
       ++queued_;
     }
     cv_.notify_all();
+  } else if (overlap_ == Overlap::poll && scatters()) {
+    start_scatter(b, data);
   } else if (overlap_ == Overlap::poll) {
     MPI_Request req;
     PT_MPI(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(k.count), MPI_FLOAT, MPI_SUM, comm_,
@@ -176,7 +242,9 @@ void GradSync::finish(GradSyncStats& stats) {
   const double t0 = wall_time();
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (launched_[b]) continue;
-    if (!nccl_ && overlap_ == Overlap::none) {
+    if (!nccl_ && overlap_ == Overlap::none && scatters()) {
+      scatter(b, stage_out(b));
+    } else if (!nccl_ && overlap_ == Overlap::none) {
       reducer_->sum(stage_out(b), buckets_[b].count);
     } else {
       launch(b);
@@ -191,11 +259,15 @@ void GradSync::finish(GradSyncStats& stats) {
     busy_s_ = 0.0;
   } else if (overlap_ == Overlap::poll) {
     for (MPI_Request& r : requests_) {
-      watchdog_->wait(r, "the data-parallel gradient all-reduce (comm.overlap = \"poll\")");
+      watchdog_->wait(r, scatters()
+                             ? "the ZeRO-1 gradient reduce-scatter (comm.overlap = \"poll\")"
+                             : "the data-parallel gradient all-reduce (comm.overlap = \"poll\")");
     }
     requests_.clear();
+    for (std::size_t b : received_from_) collect(b);
+    received_from_.clear();
   }
-  if (!host_.empty() && !error_) {
+  if (!host_.empty() && !error_ && !scatters()) { // ZeRO-1's sums are in the shard
     for (const GradBucket& k : buckets_) {
       be_.copy(grads_ + k.offset, host_.data() + k.offset, k.count * sizeof(float));
     }

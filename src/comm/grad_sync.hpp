@@ -12,6 +12,10 @@
 // communicator's side stream as it starts, and finish() waits for that stream.
 // Blocks' buckets may start during the backward; the embedding, final norm and head are
 // reduced at finish(), after the tied head's share has been folded in.
+// Under ZeRO-1 (given a ShardTarget) each bucket is reduce-scattered instead: padded to dp
+// blocks, rank r's block summed over the group in rank order into the optimizer's shard
+// (optim/zero_adamw.hpp), with the same overlap modes (poll: MPI_Ialltoallv of the blocks, summed
+// in rank order when finish() has them), bit-identical to one another.
 #pragma once
 
 #include <mpi.h>
@@ -50,13 +54,21 @@ struct GradSyncStats {
   int buckets_early = 0;  // buckets launched before finish()
 };
 
+// ZeRO-1's destination: bucket b's rank-r block of the dp sums goes to shard + at[b] (each[b]
+// floats: the bucket padded to dp blocks of each[b]); host memory.
+struct ShardTarget {
+  float* shard = nullptr;
+  std::vector<std::size_t> each, at;
+};
+
 class GradSync {
 public:
   // grads: the chunk's gradient buffer in be's memory (must outlive this). Collective over dp
   // (dups it). With nccl, overlap is ignored: buckets go to NCCL as they become final.
+  // zero.shard set: ZeRO-1's reduce-scatter into it (no NCCL, no all-reduce algorithm).
   GradSync(float* grads, std::vector<GradBucket> buckets, MPI_Comm dp, Overlap overlap,
            AllreduceOptions opt, const Backend& be = host_backend(),
-           std::unique_ptr<cuda::NcclComm> nccl = nullptr);
+           std::unique_ptr<cuda::NcclComm> nccl = nullptr, ShardTarget zero = {});
   ~GradSync();
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -69,12 +81,20 @@ public:
   void finish(GradSyncStats& stats);
   // comm.overlap's name, or "nccl"
   const char* mode() const { return nccl_ ? "nccl" : name(overlap_); }
+  // ZeRO-1: finish() reduce-scatters into the shard, after the gradients' sums over tp and the
+  // tied embedding's (engine/step.cpp); an all-reduce finishes before them.
+  bool scatters() const { return zero_.shard != nullptr; }
   // The bucket reducer (none in poll mode, which uses MPI_Iallreduce, and with NCCL).
   const Allreducer* reducer() const { return reducer_.get(); }
 
 private:
   void launch(std::size_t b);
   void worker();
+  // ZeRO-1: bucket b (data: its floats where MPI reads them) reduce-scattered into the shard,
+  // blocking; or started (poll) and summed by collect() once received.
+  void scatter(std::size_t b, const float* data);
+  void start_scatter(std::size_t b, const float* data);
+  void collect(std::size_t b);
   // The floats that MPI reduces for bucket b: in place, or (GPU backend) copied out first.
   float* stage_out(std::size_t b);
   float* reduced(std::size_t b) {
@@ -93,6 +113,13 @@ private:
   std::unique_ptr<Allreducer> reducer_;
   std::vector<MPI_Request> requests_; // poll
   int early_ = 0;
+  ShardTarget zero_;
+  std::string what_;                  // the reduce-scatter's name in a hang report
+  std::unique_ptr<ReduceComm> group_; // ZeRO-1's exchanges over comm_
+  CountedVector<float> padded_, tmp_; // ZeRO-1: a padded bucket and the exchange's scratch
+  // ZeRO-1 with poll: per bucket the blocks received from every rank (dp * this rank's block)
+  std::vector<CountedVector<float>> received_;
+  std::vector<std::size_t> received_from_; // buckets started, in order (their requests_)
 
   // thread mode: a queue of bucket indices and a worker that reduces them in order
   std::thread thread_;

@@ -69,9 +69,6 @@ Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
                             distinct.begin());
   };
   node_ = index(node_key);
-  int node_rank = 0;
-  PT_MPI(MPI_Comm_rank(node_comm_, &node_rank));
-  PT_MPI(MPI_Comm_split(world_, node_rank == 0 ? 0 : MPI_UNDEFINED, rank_, &leader_comm_));
 
   // the dp group's nodes, from where its ranks really are (a node need not hold every stage)
   std::vector<int> dp_node(static_cast<std::size_t>(dp_));
@@ -113,7 +110,7 @@ Layout::~Layout() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&dp_comm_, &pp_comm_, &tp_comm_, &emb_comm_, &node_comm_, &leader_comm_}) {
+  for (MPI_Comm* c : {&dp_comm_, &pp_comm_, &tp_comm_, &emb_comm_, &node_comm_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
 }

@@ -40,8 +40,6 @@ public:
   // First and last pipeline rank of this (dp, tp): they share the tied embedding. MPI_COMM_NULL
   // on other ranks and when pp = 1.
   MPI_Comm embedding_comm() const { return emb_comm_; }
-  MPI_Comm node_comm() const { return node_comm_; }
-  MPI_Comm node_leader_comm() const { return leader_comm_; } // rank 0 of each node; else NULL
   int rank() const { return rank_; }
   int size() const { return size_; }
   Coords coords() const { return me_; }
@@ -70,7 +68,6 @@ private:
   MPI_Comm tp_comm_ = MPI_COMM_NULL;
   MPI_Comm emb_comm_ = MPI_COMM_NULL;
   MPI_Comm node_comm_ = MPI_COMM_NULL;
-  MPI_Comm leader_comm_ = MPI_COMM_NULL;
   std::string warnings_;
   int rank_ = 0, size_ = 1;
   int pp_ = 1, dp_ = 1, tp_ = 1;

@@ -335,7 +335,8 @@ std::vector<DeckKey> make_table() {
               {"a tp group spanning nodes is an error unless true (then a warning)"}),
       integer("parallel", "zero", &RC::parallel, &P::zero, 0, 1,
               {"1: ZeRO-1, AdamW's state and update sharded over the dp group (docs/memory.md); "
-               "needs comm.overlap = \"none\"",
+               "the gradient buckets reduce-scattered, overlapped with the backward as "
+               "comm.overlap says",
                "yes (CUDA: not yet run on a GPU)"}),
       boolean("parallel", "sequence_parallel", &RC::parallel, &P::sequence_parallel,
               {"with tp > 1: the residual stream, its norms and the pipeline messages on N/tp "
@@ -421,7 +422,9 @@ std::vector<DeckKey> make_table() {
              {Overlap::none, Overlap::thread, Overlap::poll},
              {"none: reduce after the schedule; thread: a progress thread reduces each bucket "
               "as its layers finish (needs MPI_THREAD_MULTIPLE); poll: MPI_Iallreduce per "
-              "bucket, advanced between layers (needs allreduce mpi or auto)"}),
+              "bucket, advanced between layers (needs allreduce mpi or auto); under ZeRO-1 the "
+              "same modes apply to the buckets' reduce-scatter (none with sequence "
+              "parallelism)"}),
       integer("comm", "ranks_per_node", &RC::comm, &C::ranks_per_node, 0, 1 << 20,
               {"0: nodes found from shared memory; N: blocks of N consecutive ranks form a node "
                "(to test multi-node layouts on one machine)"}),

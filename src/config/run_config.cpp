@@ -82,7 +82,7 @@ void check_comm_device(const RunConfig& c, const Rules& r) {
            "is given together with comm.topology = \"" + std::string(name(c.comm.topology)) +
                "\": the calibration file replaces the preset; remove one of the two");
   }
-  if (c.comm.overlap == Overlap::poll && c.comm.allreduce &&
+  if (c.comm.overlap == Overlap::poll && c.parallel.zero == 0 && c.comm.allreduce &&
       *c.comm.allreduce != AllreduceAlgo::mpi) {
     r.fail("comm", "overlap",
            "= \"poll\" reduces with MPI_Iallreduce, the library's non-blocking all-reduce, "
@@ -193,12 +193,6 @@ void check_schedule(RunConfig& c, const Rules& r) {
            "= \"2bw\" runs on the host backend without ZeRO-1 so far (its two weight versions "
            "are not written for the CUDA backend or a sharded optimizer); use device.kind = "
            "\"host\" and parallel.zero = 0, or another schedule");
-  }
-  if (c.parallel.zero == 1 && c.comm.overlap != Overlap::none) {
-    r.fail("parallel", "zero",
-           "= 1 reduce-scatters the gradients after the schedule, so comm.overlap = \"" +
-               std::string(name(c.comm.overlap)) +
-               "\" cannot apply; use comm.overlap = \"none\" with parallel.zero = 1");
   }
   const int accum = c.accumulation();
   if (c.parallel.micro_batches != 0 && c.parallel.micro_batches != accum) {

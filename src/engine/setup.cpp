@@ -97,8 +97,13 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
     err = e;
   }
   agree(layout.world(), err);
-  if (layout.dp() < 2) return;
-  if (cc.overlap == Overlap::thread) {
+  const bool zero = cfg.parallel.zero == 1;
+  if (layout.dp() < 2 && !zero) return;
+  // ZeRO-1 with sequence parallelism: the norms' tp sums come before the reduce-scatter, so no
+  // bucket starts during the backward
+  const Overlap overlap =
+      layout.dp() < 2 || (zero && cfg.parallel.sequence_parallel) ? Overlap::none : cc.overlap;
+  if (overlap == Overlap::thread) {
     const int provided = thread_level();
     if (provided < MPI_THREAD_MULTIPLE) {
       throw input_error("comm.overlap = \"thread\" needs an MPI library with "
@@ -109,6 +114,22 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
   }
   opt.watchdog = &watchdog;
   opt.what = "the data-parallel gradient all-reduce";
+  if (zero) { // the buckets are the optimizer's
+    for (Chunk& c : chunks) {
+      c.sync = std::make_unique<GradSync>(
+          c.stage->grads(),
+          make_buckets(c.stage->layout(), static_cast<std::size_t>(cc.bucket_mb * 262144.0)),
+          layout.dp_comm(), overlap, opt, c.stage->backend(), nullptr,
+          dynamic_cast<ZeroAdamW&>(*c.opt).shard_target());
+    }
+    if (layout.rank() == 0) {
+      std::printf("  dp gradient reduction: ZeRO-1 over %d rank(s): buckets reduce-scattered "
+                  "(overlap %s), AdamW on this rank's blocks, parameters all-gathered\n",
+                  layout.dp(), name(overlap));
+      std::fflush(stdout);
+    }
+    return;
+  }
   const std::size_t bucket_floats = static_cast<std::size_t>(cc.bucket_mb * 262144.0);
   std::size_t buckets = 0, largest = 0;
   for (Chunk& c : chunks) {
@@ -118,7 +139,7 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
     std::unique_ptr<cuda::NcclComm> device; // a communicator per chunk, on a side stream
     if (nccl) device = make_nccl(layout.dp_comm(), true, layout.world());
     c.sync = std::make_unique<GradSync>(c.stage->grads(), std::move(b), layout.dp_comm(),
-                                        cc.overlap, opt, c.stage->backend(), std::move(device));
+                                        overlap, opt, c.stage->backend(), std::move(device));
   }
   if (layout.rank() == 0 && nccl) {
     std::printf("  dp gradient all-reduce: NCCL on device memory over %d rank(s), on a side "
@@ -139,7 +160,7 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
                                          : " for the largest bucket)"))
                                .c_str(),
                 layout.dp(), nodes, opt.topology.name.c_str(), buckets, bytes / 1048576.0,
-                name(cc.overlap));
+                name(overlap));
     std::fflush(stdout);
   }
 }
@@ -235,13 +256,7 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
       std::make_unique<PipelineEngine>(cfg, layout, plan.schedule, stages_of(chunks), watchdog,
                                        nccl_p2p ? make_nccl_links(plan.schedule, layout)
                                                 : std::vector<std::unique_ptr<cuda::NcclLink>>{});
-  if (cfg.parallel.zero == 0) make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
-  if (cfg.parallel.zero == 1 && layout.rank() == 0) {
-    std::printf("  dp gradient reduction: ZeRO-1 over %d rank(s): buckets reduce-scattered after "
-                "the schedule, AdamW on this rank's blocks, parameters all-gathered\n",
-                layout.dp());
-    std::fflush(stdout);
-  }
+  make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
   std::vector<GradSync*> syncs;
   for (const Chunk& c : chunks) syncs.push_back(c.sync.get());
   engine->set_grad_sync(syncs);

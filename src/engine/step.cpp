@@ -72,19 +72,19 @@ void sum_tied_embedding(Run& run) {
 // Gradients after the schedule: the tied head's share folded into the embedding, the
 // data-parallel all-reduce (buckets not yet started), with sequence parallelism the norms' sums
 // over tp (after the dp sum: buckets may be in flight until then), the tied embedding summed over
-// its two stages; then ZeRO-1's reduce-scatter over dp (both stages' shards of the tied embedding
-// then hold the same sums).
+// its two stages; under ZeRO-1 the reducer's reduce-scatter over dp comes last (both stages'
+// shards of the tied embedding then hold the same sums), and the optimizer takes its shard.
 void finish_gradients(Run& run, GradSyncStats& comm) {
   for (Chunk& c : run.chunks) {
     c.stage->fold_tied_head_grad();
-    if (c.sync) c.sync->finish(comm);
+    if (c.sync && !c.sync->scatters()) c.sync->finish(comm);
     c.stage->sum_sequence_parallel_grads();
   }
   sum_tied_embedding(run);
-  const double t0 = wall_time();
-  for (Chunk& c : run.chunks) c.opt->reduce(c.stage->grads());
-  comm.exposed_s += wall_time() - t0;
-  comm.busy_s += wall_time() - t0;
+  for (Chunk& c : run.chunks) {
+    if (c.sync && c.sync->scatters()) c.sync->finish(comm);
+    c.opt->reduce(c.stage->grads());
+  }
 }
 
 // What every rank needs after the schedule, in one sum over the world: each tensor's sum of

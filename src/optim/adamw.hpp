@@ -41,7 +41,6 @@ public:
   float* v() { return v_.data(); }
   const float* m() const { return m_.data(); }
   const float* v() const { return v_.data(); }
-  std::size_t bytes() const { return m_.bytes() + v_.bytes(); }
   void save() override;
   void restore() override;
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "comm/grad_sync.hpp"
 
 namespace pt {
 
@@ -46,15 +45,17 @@ std::size_t ZeroAdamW::block_end(const Bucket& b) const {
   return b.offset + std::min(b.count, b.each * static_cast<std::size_t>(comm_.rank + 1));
 }
 
-void ZeroAdamW::reduce(const float* grads) {
-  float* shard = staging();
+ShardTarget ZeroAdamW::shard_target() {
+  ShardTarget t{staging(), {}, {}};
   for (const Bucket& b : buckets_) {
-    to_host(be_, padded_.data(), grads + b.offset, b.count);
-    std::fill(padded_.begin() + static_cast<std::ptrdiff_t>(b.count),
-              padded_.begin() + static_cast<std::ptrdiff_t>(b.each * comm_.size), 0.0f);
-    reduce_scatter_blocks(padded_.data(), shard + b.shard_offset, b.each, comm_, tmp_);
+    t.each.push_back(b.each);
+    t.at.push_back(b.shard_offset);
   }
-  if (!be_.on_host()) from_host(be_, grads_.data(), shard, grads_.size());
+  return t;
+}
+
+void ZeroAdamW::reduce(const float* /*grads*/) {
+  if (!be_.on_host()) from_host(be_, grads_.data(), staging(), grads_.size());
 }
 
 void ZeroAdamW::gather(float* flat) {

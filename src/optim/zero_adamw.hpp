@@ -1,9 +1,11 @@
 // ZeRO-1 (parallel.zero = 1; Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
 // Trillion Parameter Models", SC 2020, stage 1) for one model chunk over its dp group. The
-// gradient buckets (comm.bucket_mb, make_buckets) are reduce-scattered: each is padded to a
-// multiple of dp floats and split into dp equal blocks, and rank r keeps block r of every bucket,
-// summed over the group in rank order. AdamW's moments and update cover those blocks only; the
-// updated blocks are then all-gathered, so every rank holds all parameters for the next forward.
+// gradient buckets (comm.bucket_mb, make_buckets) are reduce-scattered by the chunk's GradSync
+// (comm/grad_sync.hpp, with or without overlap) into this optimizer's shard (shard_target()):
+// each is padded to a multiple of dp floats and split into dp equal blocks, and rank r keeps
+// block r of every bucket, summed over the group in rank order. AdamW's moments and update cover
+// those blocks only; the updated blocks are then all-gathered, so every rank holds all
+// parameters for the next forward.
 // The shard's gradients and moments live in the backend's memory, where AdamW and the norm read
 // them; on a GPU the exchanges go through host copies (MPI sees host memory only).
 #pragma once
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "comm/allreduce.hpp"
+#include "comm/grad_sync.hpp"
 #include "model/param_layout.hpp"
 #include "optim/adamw.hpp"
 #include "util/buffer.hpp"
@@ -28,8 +31,10 @@ public:
             const Watchdog& watchdog, const TrainConfig& t,
             const Backend& backend = host_backend());
 
-  // grads: the chunk's flat gradients of this rank's micro-batches. Afterwards shard_grads()
-  // holds this rank's blocks summed over the dp group.
+  // Where the chunk's GradSync writes this rank's blocks of the dp sums (host memory).
+  ShardTarget shard_target();
+  // After the GradSync's finish(): shard_grads() holds this rank's blocks summed over the dp
+  // group (a GPU backend: copied to device memory here).
   void reduce(const float* grads) override;
   const float* summed_grads(const float* /*grads*/) const override { return grads_.data(); }
   std::vector<Span> grad_spans() const override;
@@ -70,7 +75,7 @@ private:
   // This rank's blocks where MPI may read and write them: grads_ itself on the host, else host_.
   float* staging() { return be_.on_host() ? grads_.data() : host_.data(); }
 
-  std::string what_ = "the ZeRO-1 reduce-scatter / all-gather (dp group)";
+  std::string what_ = "the ZeRO-1 parameter all-gather (dp group)";
   ReduceComm comm_;
   std::vector<Bucket> buckets_;
   std::vector<Piece> pieces_;
@@ -79,7 +84,7 @@ private:
   FloatBuffer saved_grads_;           // save()'s copy of them
   CountedVector<float> host_;         // their host copy for MPI (a GPU backend only)
   std::unique_ptr<AdamW> opt_;        // moments of this rank's blocks
-  CountedVector<float> padded_, tmp_; // a padded bucket; the exchange's scratch
+  CountedVector<float> padded_;       // a whole padded bucket: the all-gather's destination
 };
 
 } // namespace pt

@@ -169,6 +169,9 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
   const Recompute rc = cfg.train.recompute;
   MemoryEstimate e;
   std::size_t largest_bucket = 0, zero_widest = 0;
+  // ZeRO-1 with poll (comm/grad_sync.cpp): every bucket's blocks received from the dp ranks
+  const bool zero_poll = cfg.parallel.zero == 1 && cfg.comm.overlap == Overlap::poll &&
+                         cfg.parallel.dp > 1 && !cfg.parallel.sequence_parallel;
   for (int c = 0; c < sched.v; ++c) {
     const StageSpec spec = stage_spec(plan.layers, sched.stage_of(pp_rank, c));
     const int blocks = spec.layer_end - spec.layer_begin;
@@ -188,6 +191,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
       for (const GradBucket& k : buckets) {
         shard += (k.count + dp - 1) / dp;
         zero_widest = std::max(zero_widest, (k.count + dp - 1) / dp * dp);
+        if (zero_poll) e.comm += sizeof(float) * static_cast<double>((k.count + dp - 1) / dp * dp);
       }
       e.optimizer += copies * 2 * buf(static_cast<double>(shard));
       // the summed gradients of the blocks (post-validation: and their copy)
@@ -212,8 +216,9 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
                    (s.packed ? buf(s.R * s.C) : 0.0); // bf16: a block's input, widened
   }
   e.messages = message_bytes(cfg, s, sched, pp_rank, use);
-  // ZeRO-1: a padded bucket and the exchange's scratch; else the dp all-reduce's scratch
-  e.comm += 2.0 * sizeof(float) * static_cast<double>(zero_widest);
+  // ZeRO-1: the optimizer's padded bucket for the all-gather and, without poll, the
+  // reduce-scatter's padded bucket and scratch; else the dp all-reduce's scratch
+  e.comm += (zero_poll ? 1.0 : 3.0) * sizeof(float) * static_cast<double>(zero_widest);
   const bool gpu = cfg.device.kind == DeviceKind::cuda;
   if (cfg.parallel.zero == 0 && cfg.parallel.dp > 1 && cfg.comm.overlap != Overlap::poll && !gpu) {
     const bool measures = !cfg.comm.allreduce && cfg.comm.autotune && !cfg.runtime.deterministic;
