@@ -57,21 +57,23 @@ int schema(int argc, char** argv) {
   }
 }
 
+// The subcommands (rank 0 runs them; one host thread): plan, schedule, keys (the key reference
+// of docs/deck.md), schema. Returns the exit code, or -1 when argv names none.
+int subcommand(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd != "plan" && cmd != "schedule" && cmd != "keys" && cmd != "schema") return -1;
+  if (world_rank() != 0) return 0;
+  const pt::ops::HostThreads threads(1);
+  if (cmd == "plan") return pt::plan_main(argc - 1, argv + 1);
+  if (cmd == "schedule") return pt::schedule_main(argc - 1, argv + 1);
+  if (cmd == "schema") return schema(argc, argv);
+  std::fputs(pt::deck_keys_markdown().c_str(), stdout);
+  return 0;
+}
+
 // Every rank runs this; only rank 0 prints. Returns the process exit code.
 int run(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "plan") {
-    const pt::ops::HostThreads threads(1);
-    return world_rank() == 0 ? pt::plan_main(argc - 1, argv + 1) : 0;
-  }
-  if (argc > 1 && std::string(argv[1]) == "schedule") {
-    const pt::ops::HostThreads threads(1);
-    return world_rank() == 0 ? pt::schedule_main(argc - 1, argv + 1) : 0;
-  }
-  if (argc > 1 && std::string(argv[1]) == "keys") { // the key reference of docs/deck.md
-    if (world_rank() == 0) std::fputs(pt::deck_keys_markdown().c_str(), stdout);
-    return 0;
-  }
-  if (argc > 1 && std::string(argv[1]) == "schema") return world_rank() == 0 ? schema(argc, argv) : 0;
+  if (const int code = subcommand(argc, argv); code >= 0) return code;
   CLI::App app{"pipetrain: pipeline/data/tensor-parallel GPT training on MPI clusters.\n"
                "Usage: mpirun -np N pipetrain DECK.toml [section.key=value ...]"};
   app.footer("Every deck key: pipetrain keys (docs/deck.md). The planner: pipetrain plan --help. "

@@ -23,6 +23,7 @@
 
 #include "checkpoint/datasets.hpp"
 #include "checkpoint/hdf5_io.hpp"
+#include "comm/watchdog.hpp"
 #include "config/deck_keys.hpp"
 #include "util/errors.hpp"
 #include "util/hash.hpp"
@@ -308,6 +309,7 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   };
   H5 file;
   parse([&] {
+    const Watchdog::Scope io(watchdog, "the collective MPI-IO open of '" + path + "'");
     file = open_file(path, layout.world(), false);
     if (!file.ok()) {
       err =
@@ -342,6 +344,10 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
     }
   }
   sets.clear();
+  {
+    const Watchdog::Scope io(watchdog, "the collective MPI-IO close of '" + path + "'");
+    file.reset();
+  }
   watchdog.agree(layout.world(), err, "the checkpoint read's agreement");
   for (auto& o : shards.opts) o->set_updates(adam_step);
   return st;

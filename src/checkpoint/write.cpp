@@ -18,11 +18,13 @@
 #include <new>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <toml++/toml.h>
 
 #include "checkpoint/datasets.hpp"
 #include "checkpoint/hdf5_io.hpp"
+#include "comm/watchdog.hpp"
 #include "util/errors.hpp"
 #include "util/hash.hpp"
 #include "util/test_hooks.hpp"
@@ -46,6 +48,8 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
   std::vector<H5> sets;
   float dummy = 0.0f;
   std::vector<float> staged; // a GPU backend's tensor, copied to host memory for MPI-IO
+  // dataset creation is collective, and so may be an MPI-IO write underneath HDF5
+  Watchdog::Scope io(watchdog, "the checkpoint write's MPI-IO");
   for (int sec = 0; sec < nsec; ++sec) {
     // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
     if (sec == 1 && test_hooks().kill_in_checkpoint == step && layout.rank() == layout.size() - 1) {
@@ -53,6 +57,8 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
     }
     for (std::size_t k = 0; k < T; ++k) {
       const ParamTensor& gt = whole.tensors()[k];
+      io.now("the checkpoint write's collective creation and MPI-IO write of dataset " +
+             dataset_name(sec, gt));
       const std::vector<hsize_t> g = dims_of(gt);
       H5 space(H5Screate_simple(static_cast<int>(g.size()), g.data(), nullptr), H5Sclose);
       // contiguous, never filled with fill values (every element is written); integrity comes
@@ -91,6 +97,7 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
   }
   watchdog.allreduce(sums.data(), static_cast<int>(sums.size()), MPI_UNSIGNED_LONG_LONG, MPI_SUM,
                      layout.world(), "the checkpoint's checksums (write)");
+  io.now("the checkpoint write's collective checksum attributes");
   for (std::size_t i = 0; i < sets.size(); ++i) {
     ok &= write_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, &sums[i], 1);
   }
@@ -204,8 +211,16 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const W
   }
   watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
   bool ok = true;
+  // test-only (util/test_hooks.hpp): the last rank stalls, the others wait in the collective open
+  if (test_hooks().stall_in_checkpoint == state.step && layout.rank() == layout.size() - 1) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   {
-    H5 file = open_file(partial, layout.world(), true);
+    H5 file;
+    {
+      const Watchdog::Scope io(watchdog, "the collective MPI-IO open of '" + partial + "'");
+      file = open_file(partial, layout.world(), true);
+    }
     if (!file.ok()) err = Error(ExitCode::other, "cannot create checkpoint '" + partial + "'");
     watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
     H5 lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
@@ -214,7 +229,9 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const W
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
     ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, watchdog, shards,
                         state.step);
+    Watchdog::Scope io(watchdog, "the checkpoint write's collective metadata of '" + partial + "'");
     ok &= write_metadata(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, partition, state);
+    io.now("the collective MPI-IO close (flush) of '" + partial + "'");
     if (H5Fclose(file.get()) < 0) ok = false;
     file = H5();
   }

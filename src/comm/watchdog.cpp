@@ -1,5 +1,6 @@
 #include "comm/watchdog.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -35,19 +36,50 @@ double Watchdog::wait_until(const std::function<bool()>& done, const std::string
   long polls = 0;
   while (!done()) {
     const double waited = wall_time() - t0;
-    if (timeout_s_ > 0.0 && waited > timeout_s_) {
-      std::fprintf(stderr,
-                   "pipetrain: error: rank %d waited %.1f s (runtime.hang_timeout_s = %g) for %s; "
-                   "aborting the job.\n---> HINT: the peer may have died or be stuck; its own "
-                   "message (if any) names what it waits for\n",
-                   rank_, waited, timeout_s_, what.c_str());
-      std::fflush(stderr);
-      abort_job(ExitCode::hang);
-    }
+    if (timeout_s_ > 0.0 && waited > timeout_s_) hang(waited, what);
     // spin briefly, then yield the core (oversubscribed test machines)
     if (++polls > 1000) std::this_thread::yield();
   }
   return wall_time() - t0;
+}
+
+void Watchdog::hang(double waited, const std::string& what) const {
+  std::fprintf(stderr,
+               "pipetrain: error: rank %d waited %.1f s (runtime.hang_timeout_s = %g) for %s; "
+               "aborting the job.\n---> HINT: the peer may have died or be stuck; its own "
+               "message (if any) names what it waits for\n",
+               rank_, waited, timeout_s_, what.c_str());
+  std::fflush(stderr);
+  abort_job(ExitCode::hang);
+}
+
+Watchdog::Scope::Scope(const Watchdog& w, std::string what)
+    : w_(w), what_(std::move(what)), since_(wall_time()) {
+  if (w_.timeout_s_ <= 0.0) return;
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      const double waited = wall_time() - since_;
+      if (waited > w_.timeout_s_) w_.hang(waited, what_); // MPI_THREAD_MULTIPLE: main() asks it
+      cv_.wait_for(lock, std::chrono::duration<double>(w_.timeout_s_ - waited + 0.05));
+    }
+  });
+}
+
+void Watchdog::Scope::now(std::string what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  what_ = std::move(what);
+  since_ = wall_time();
+}
+
+Watchdog::Scope::~Scope() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
 }
 
 double Watchdog::allreduce(void* buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,

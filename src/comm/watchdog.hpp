@@ -6,9 +6,12 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "util/errors.hpp"
 
@@ -62,7 +65,30 @@ public:
   void count_collective() const { collectives_.fetch_add(1, std::memory_order_relaxed); }
   long collectives() const { return collectives_.load(std::memory_order_relaxed); }
 
+  // Watches blocking calls that cannot be polled (HDF5's collective MPI-IO): while the scope is
+  // open, a second thread aborts the job with exit 5, naming the call, if one call set by now()
+  // has not returned within the timeout. Nothing runs when the timeout is 0.
+  class Scope {
+  public:
+    Scope(const Watchdog& w, std::string what);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    // The call about to block (its clock starts now).
+    void now(std::string what);
+
+  private:
+    const Watchdog& w_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::string what_;
+    double since_ = 0.0;
+    bool done_ = false;
+    std::thread thread_;
+  };
+
 private:
+  [[noreturn]] void hang(double waited, const std::string& what) const;
   double timeout_s_;
   int rank_;
   mutable std::atomic<long> collectives_{0};

@@ -1,9 +1,9 @@
 #include "config/deck_keys.hpp"
 
 #include <cstdint>
-#include <limits>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 namespace pt {
@@ -156,13 +156,12 @@ DeckKey partition_key() {
       return;
     }
     c.parallel.partition = PartitionKind::explicit_layers;
-    for (const auto& e : *p->as_array()) {
+    for (const auto& e : *p->as_array()) { // their sum against model.n_layer: validate()
       if (!e.is_integer() || *e.value<std::int64_t>() < 1 ||
-          *e.value<std::int64_t>() > c.model.n_layer) {
+          *e.value<std::int64_t>() > std::numeric_limits<int>::max()) {
         r.fail("parallel", "partition",
                "= " + describe(*p) +
-                   ": an explicit partition is a list of layer counts "
-                   "per stage, each >= 1 and at most model.n_layer");
+                   ": an explicit partition is a list of layer counts per stage, each >= 1");
       }
       c.parallel.partition_layers.push_back(static_cast<int>(*e.value<std::int64_t>()));
     }
@@ -172,7 +171,8 @@ DeckKey partition_key() {
       return std::string(name(c.parallel.partition));
     }
     std::string list;
-    for (int n : c.parallel.partition_layers) list += (list.empty() ? "" : ", ") + std::to_string(n);
+    for (int n : c.parallel.partition_layers)
+      list += (list.empty() ? "" : ", ") + std::to_string(n);
     return "[" + list + "]";
   };
   return k;
@@ -259,7 +259,7 @@ DeckKey trace_steps_key() {
     const bool two = a != nullptr && a->size() == 2 && (*a)[0].is_integer() && (*a)[1].is_integer();
     const long long first = two ? *(*a)[0].value<std::int64_t>() : 0;
     const long long last = two ? *(*a)[1].value<std::int64_t>() : 0;
-    if (!two || first < 1 || first > last || last > c.train.steps) {
+    if (!two || first < 1 || first > last || last > kBig) { // last <= train.steps: validate()
       r.fail("log", "trace_steps",
              "must be [first, last], two step numbers with 1 <= first <= last <= train.steps "
              "(e.g. [2, 3])");

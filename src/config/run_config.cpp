@@ -251,6 +251,12 @@ void validate(RunConfig& c, int world_size, const KeySource& where) {
   if (!c.train.min_lr) c.train.min_lr = c.train.lr / 10.0;
   c.model.tie_embeddings = tied(c.model);
   if (c.log.trace_first == 0) c.log.trace_first = c.log.trace_last = std::min(2, c.train.steps);
+  if (c.log.trace_last > c.train.steps) {
+    r.fail("log", "trace_steps",
+           "= [" + std::to_string(c.log.trace_first) + ", " + std::to_string(c.log.trace_last) +
+               "] ends after train.steps = " + std::to_string(c.train.steps) +
+               ": trace steps the run has (e.g. [2, 3])");
+  }
   check_model_train_data(c, r);
   check_comm_device(c, r);
   check_tensor_parallel(c, r);

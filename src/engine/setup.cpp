@@ -80,7 +80,25 @@ const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
   return *be;
 }
 
-// The data-parallel gradient all-reduce of each chunk (none without data parallelism): buckets,
+// ZeRO-1: each chunk's reducer reduce-scatters the optimizer's buckets into its shard.
+void make_zero_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chunk>& chunks,
+                     Overlap overlap, const AllreduceOptions& opt) {
+  for (Chunk& c : chunks) {
+    c.sync = std::make_unique<GradSync>(
+        c.stage->grads(),
+        make_buckets(c.stage->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0)),
+        layout.dp_comm(), overlap, opt, c.stage->backend(), nullptr,
+        dynamic_cast<ZeroAdamW&>(*c.opt).shard_target());
+  }
+  if (layout.rank() == 0) {
+    std::printf("  dp gradient reduction: ZeRO-1 over %d rank(s): buckets reduce-scattered "
+                "(overlap %s), AdamW on this rank's blocks, parameters all-gathered\n",
+                layout.dp(), name(overlap));
+    std::fflush(stdout);
+  }
+}
+
+// The data-parallel gradient reduction of each chunk (none without data parallelism): buckets,
 // algorithm, topology model and overlap mode from [comm]; prints the choice on rank 0.
 void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chunk>& chunks,
                      const Watchdog& watchdog, bool nccl) {
@@ -114,22 +132,7 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
   }
   opt.watchdog = &watchdog;
   opt.what = "the data-parallel gradient all-reduce";
-  if (zero) { // the buckets are the optimizer's
-    for (Chunk& c : chunks) {
-      c.sync = std::make_unique<GradSync>(
-          c.stage->grads(),
-          make_buckets(c.stage->layout(), static_cast<std::size_t>(cc.bucket_mb * 262144.0)),
-          layout.dp_comm(), overlap, opt, c.stage->backend(), nullptr,
-          dynamic_cast<ZeroAdamW&>(*c.opt).shard_target());
-    }
-    if (layout.rank() == 0) {
-      std::printf("  dp gradient reduction: ZeRO-1 over %d rank(s): buckets reduce-scattered "
-                  "(overlap %s), AdamW on this rank's blocks, parameters all-gathered\n",
-                  layout.dp(), name(overlap));
-      std::fflush(stdout);
-    }
-    return;
-  }
+  if (zero) return make_zero_syncs(cfg, layout, chunks, overlap, opt);
   const std::size_t bucket_floats = static_cast<std::size_t>(cc.bucket_mb * 262144.0);
   std::size_t buckets = 0, largest = 0;
   for (Chunk& c : chunks) {
@@ -138,8 +141,8 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
     for (const GradBucket& k : b) largest = std::max(largest, k.count);
     std::unique_ptr<cuda::NcclComm> device; // a communicator per chunk, on a side stream
     if (nccl) device = make_nccl(layout.dp_comm(), true, layout.world());
-    c.sync = std::make_unique<GradSync>(c.stage->grads(), std::move(b), layout.dp_comm(),
-                                        overlap, opt, c.stage->backend(), std::move(device));
+    c.sync = std::make_unique<GradSync>(c.stage->grads(), std::move(b), layout.dp_comm(), overlap,
+                                        opt, c.stage->backend(), std::move(device));
   }
   if (layout.rank() == 0 && nccl) {
     std::printf("  dp gradient all-reduce: NCCL on device memory over %d rank(s), on a side "
@@ -148,19 +151,19 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
     std::fflush(stdout);
   } else if (layout.rank() == 0) {
     const double bytes = static_cast<double>(largest) * sizeof(float);
-    std::printf("  dp gradient all-reduce: %s%s over %d rank(s) in %d node(s), topology %s; "
-                "%zu bucket(s) per dp group, largest %.2f MiB; overlap %s\n",
-                cc.allreduce ? algorithm_name(*cc.allreduce) : "auto",
-                opt.algo ? ""
-                         : (std::string(" (") +
-                            algorithm_name(
-                                choose_algorithm(bytes, layout.dp(), opt.node_size, opt.topology)) +
-                            (cc.autotune ? " by the model for the largest bucket, measured "
-                                           "on the first steps)"
-                                         : " for the largest bucket)"))
-                               .c_str(),
-                layout.dp(), nodes, opt.topology.name.c_str(), buckets, bytes / 1048576.0,
-                name(overlap));
+    std::printf(
+        "  dp gradient all-reduce: %s%s over %d rank(s) in %d node(s), topology %s; "
+        "%zu bucket(s) per dp group, largest %.2f MiB; overlap %s\n",
+        cc.allreduce ? algorithm_name(*cc.allreduce) : "auto",
+        opt.algo
+            ? ""
+            : (std::string(" (") +
+               algorithm_name(choose_algorithm(bytes, layout.dp(), opt.node_size, opt.topology)) +
+               (cc.autotune ? " by the model for the largest bucket, measured "
+                              "on the first steps)"
+                            : " for the largest bucket)"))
+                  .c_str(),
+        layout.dp(), nodes, opt.topology.name.c_str(), buckets, bytes / 1048576.0, name(overlap));
     std::fflush(stdout);
   }
 }
@@ -180,8 +183,7 @@ void make_chunks(Run& run) {
         run.nccl ? make_nccl(layout.tp_comm(), false, layout.world()) : nullptr);
   }
   // (V placement: the embedding and the head share rank 0, step.cpp sums them there)
-  if (layout.embedding_comm() != MPI_COMM_NULL && tied(cfg.model) &&
-      !run.plan.schedule.vshape) {
+  if (layout.embedding_comm() != MPI_COMM_NULL && tied(cfg.model) && !run.plan.schedule.vshape) {
     run.embedding_reduce = make_reducer(
         layout.embedding_comm(), "the tied-embedding gradient all-reduce", run.watchdog, run.be);
   }

@@ -49,8 +49,7 @@ void check_replicated_grads(std::vector<Chunk>& chunks, const Layout& layout,
 // here, in the order a single rank adds them (embedding's share + head's share).
 void sum_tied_embedding(Run& run) {
   const schedule::Schedule& sched = run.plan.schedule;
-  if (sched.vshape && tied(run.cfg.model) && run.layout.coords().pp == 0 &&
-      sched.stages() > 1) {
+  if (sched.vshape && tied(run.cfg.model) && run.layout.coords().pp == 0 && sched.stages() > 1) {
     GptStage& first = *run.chunks[0].stage;
     GptStage& last = *run.chunks[1].stage;
     const ParamTensor& wte = *first.layout().find(Role::wte);

@@ -112,8 +112,9 @@ void GptStage::find_tensors() {
   for (Offsets& o : block_offsets_) o.fill(kNone);
   edge_offsets_.fill(kNone);
   for (const ParamTensor& t : layout_.tensors()) {
-    Offsets& o = t.layer < 0 ? edge_offsets_
-                             : block_offsets_[static_cast<std::size_t>(t.layer - spec_.layer_begin)];
+    Offsets& o = t.layer < 0
+                     ? edge_offsets_
+                     : block_offsets_[static_cast<std::size_t>(t.layer - spec_.layer_begin)];
     o[static_cast<std::size_t>(t.role)] = t.offset;
   }
 }
@@ -124,9 +125,9 @@ BlockTensors GptStage::block(float* base, int layer) const {
     const std::size_t off = o[static_cast<std::size_t>(r)];
     return off == kNone ? nullptr : base + off; // llama has no biases
   };
-  return {at(Role::ln1_w),  at(Role::ln1_b), at(Role::qkv_w), at(Role::qkv_b),
+  return {at(Role::ln1_w),  at(Role::ln1_b),  at(Role::qkv_w), at(Role::qkv_b),
           at(Role::proj_w), at(Role::proj_b), at(Role::ln2_w), at(Role::ln2_b),
-          at(Role::fc_w),   at(Role::fc_b),  at(Role::fcp_w), at(Role::fcp_b)};
+          at(Role::fc_w),   at(Role::fc_b),   at(Role::fcp_w), at(Role::fcp_b)};
 }
 
 EdgeTensors GptStage::edges(float* base) const {

@@ -43,11 +43,16 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
   // first stage's when they are different ranks).
   const auto held = [&](Scope s) {
     switch (s) {
-    case Scope::embedding: return stage.first || (stage.last && tied(m));
-    case Scope::first: return stage.first;
-    case Scope::last: return stage.last;
-    case Scope::head: return stage.last && !tied(m);
-    case Scope::block: return false; // per layer, below
+    case Scope::embedding:
+      return stage.first || (stage.last && tied(m));
+    case Scope::first:
+      return stage.first;
+    case Scope::last:
+      return stage.last;
+    case Scope::head:
+      return stage.last && !tied(m);
+    case Scope::block:
+      return false; // per layer, below
     }
     return false;
   };

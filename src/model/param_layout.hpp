@@ -14,7 +14,7 @@ namespace pt {
 
 struct ParamTensor {
   Role role = Role::wte;
-  std::string name; // the checkpoint's name (model/schema.hpp)
+  std::string name;              // the checkpoint's name (model/schema.hpp)
   std::vector<int> shape;        // this rank's shape (its tensor-parallel shard)
   std::vector<int> global_shape; // the whole tensor's shape (checkpoints store this)
   std::size_t offset = 0;        // in floats

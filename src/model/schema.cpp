@@ -7,117 +7,165 @@ namespace {
 
 // Shape rules. C = d_model, V = vocab_size, T = seq_len, F = mlp_width, q / kv = the query's and
 // the key/value heads' rows (docs/models.md).
-Dims vocab_by_width(const ModelConfig& m) { return {m.vocab_size, m.d_model}; }
-Dims positions(const ModelConfig& m) { return {m.seq_len, m.d_model}; }
-Dims width(const ModelConfig& m) { return {m.d_model}; }
-Dims square(const ModelConfig& m) { return {m.d_model, m.d_model}; }
-Dims qkv(const ModelConfig& m) { return {qkv_rows(m), m.d_model}; }
+Dims vocab_by_width(const ModelConfig& m) {
+  return {m.vocab_size, m.d_model};
+}
+Dims positions(const ModelConfig& m) {
+  return {m.seq_len, m.d_model};
+}
+Dims width(const ModelConfig& m) {
+  return {m.d_model};
+}
+Dims square(const ModelConfig& m) {
+  return {m.d_model, m.d_model};
+}
+Dims qkv(const ModelConfig& m) {
+  return {qkv_rows(m), m.d_model};
+}
 Dims qkv_parts(const ModelConfig& m) {
   const int kv = kv_heads(m) * head_dim(m);
   return {m.n_head * head_dim(m), kv, kv};
 }
-Dims qkv3(const ModelConfig& m) { return {3 * m.d_model, m.d_model}; }
-Dims qkv3_vector(const ModelConfig& m) { return {3 * m.d_model}; }
-Dims thirds(const ModelConfig& m) { return {m.d_model, m.d_model, m.d_model}; }
-Dims mlp_in(const ModelConfig& m) { return {mlp_width(m), m.d_model}; }
-Dims mlp_in_vector(const ModelConfig& m) { return {mlp_width(m)}; }
-Dims mlp_out(const ModelConfig& m) { return {m.d_model, mlp_width(m)}; }
-Dims gate_up(const ModelConfig& m) { return {2 * mlp_width(m), m.d_model}; }
-Dims gate_up_parts(const ModelConfig& m) { return {mlp_width(m), mlp_width(m)}; }
+Dims qkv3(const ModelConfig& m) {
+  return {3 * m.d_model, m.d_model};
+}
+Dims qkv3_vector(const ModelConfig& m) {
+  return {3 * m.d_model};
+}
+Dims thirds(const ModelConfig& m) {
+  return {m.d_model, m.d_model, m.d_model};
+}
+Dims mlp_in(const ModelConfig& m) {
+  return {mlp_width(m), m.d_model};
+}
+Dims mlp_in_vector(const ModelConfig& m) {
+  return {mlp_width(m)};
+}
+Dims mlp_out(const ModelConfig& m) {
+  return {m.d_model, mlp_width(m)};
+}
+Dims gate_up(const ModelConfig& m) {
+  return {2 * mlp_width(m), m.d_model};
+}
+Dims gate_up_parts(const ModelConfig& m) {
+  return {mlp_width(m), mlp_width(m)};
+}
 
 constexpr TpSplit kRep = TpSplit::replicated, kRows = TpSplit::rows, kCols = TpSplit::columns;
+constexpr Scope kEmbedding = Scope::embedding, kFirst = Scope::first, kBlock = Scope::block,
+                kLast = Scope::last, kHead = Scope::head;
+constexpr Init kZeros = Init::zeros, kOnes = Init::ones, kNormal = Init::normal,
+               kResidual = Init::residual;
+constexpr bool kDecay = true, kNoDecay = false, kNorm = true, kNotNorm = false;
+
+// One row a tensor: role, name, scope, decay, norm, tp split, init; then its shape and parts,
+// its Hugging Face name(s) and whether Hugging Face stores it transposed.
+// clang-format off
 
 // GPT-2 (GPT2LMHeadModel): LayerNorm weights and biases, learned positions, biases everywhere.
 const std::vector<TensorSpec> kGpt2 = {
-    {Role::wte, "wte", Scope::embedding, vocab_by_width, nullptr, true, false, kRows, Init::normal,
-     {"transformer.wte.weight"}, false},
-    {Role::wpe, "wpe", Scope::first, positions, nullptr, true, false, kRep, Init::normal,
-     {"transformer.wpe.weight"}, false},
-    {Role::ln1_w, "ln1/weight", Scope::block, width, nullptr, false, true, kRep, Init::ones,
-     {"transformer.h.{}.ln_1.weight"}, false},
-    {Role::ln1_b, "ln1/bias", Scope::block, width, nullptr, false, true, kRep, Init::zeros,
-     {"transformer.h.{}.ln_1.bias"}, false},
-    {Role::qkv_w, "attn/qkv/weight", Scope::block, qkv3, thirds, true, false, kRows,
-     Init::normal, {"transformer.h.{}.attn.c_attn.weight"}, true},
-    {Role::qkv_b, "attn/qkv/bias", Scope::block, qkv3_vector, thirds, false, false, kRows,
-     Init::zeros, {"transformer.h.{}.attn.c_attn.bias"}, false},
-    {Role::proj_w, "attn/proj/weight", Scope::block, square, nullptr, true, false, kCols,
-     Init::residual, {"transformer.h.{}.attn.c_proj.weight"}, true},
-    {Role::proj_b, "attn/proj/bias", Scope::block, width, nullptr, false, false, kRep, Init::zeros,
-     {"transformer.h.{}.attn.c_proj.bias"}, false},
-    {Role::ln2_w, "ln2/weight", Scope::block, width, nullptr, false, true, kRep, Init::ones,
-     {"transformer.h.{}.ln_2.weight"}, false},
-    {Role::ln2_b, "ln2/bias", Scope::block, width, nullptr, false, true, kRep, Init::zeros,
-     {"transformer.h.{}.ln_2.bias"}, false},
-    {Role::fc_w, "mlp/fc/weight", Scope::block, mlp_in, nullptr, true, false, kRows, Init::normal,
-     {"transformer.h.{}.mlp.c_fc.weight"}, true},
-    {Role::fc_b, "mlp/fc/bias", Scope::block, mlp_in_vector, nullptr, false, false, kRows,
-     Init::zeros, {"transformer.h.{}.mlp.c_fc.bias"}, false},
-    {Role::fcp_w, "mlp/proj/weight", Scope::block, mlp_out, nullptr, true, false, kCols,
-     Init::residual, {"transformer.h.{}.mlp.c_proj.weight"}, true},
-    {Role::fcp_b, "mlp/proj/bias", Scope::block, width, nullptr, false, false, kRep, Init::zeros,
-     {"transformer.h.{}.mlp.c_proj.bias"}, false},
-    {Role::lnf_w, "lnf/weight", Scope::last, width, nullptr, false, true, kRep, Init::ones,
-     {"transformer.ln_f.weight"}, false},
-    {Role::lnf_b, "lnf/bias", Scope::last, width, nullptr, false, true, kRep, Init::zeros,
-     {"transformer.ln_f.bias"}, false},
-    {Role::lm_head, "lm_head/weight", Scope::head, vocab_by_width, nullptr, true, false, kRows,
-     Init::normal, {"lm_head.weight"}, false},
+    {Role::wte,     "wte",              kEmbedding, kDecay,   kNotNorm, kRows, kNormal,
+     vocab_by_width, nullptr, {"transformer.wte.weight"}, false},
+    {Role::wpe,     "wpe",              kFirst,     kDecay,   kNotNorm, kRep,  kNormal,
+     positions, nullptr, {"transformer.wpe.weight"}, false},
+    {Role::ln1_w,   "ln1/weight",       kBlock,     kNoDecay, kNorm,    kRep,  kOnes,
+     width, nullptr, {"transformer.h.{}.ln_1.weight"}, false},
+    {Role::ln1_b,   "ln1/bias",         kBlock,     kNoDecay, kNorm,    kRep,  kZeros,
+     width, nullptr, {"transformer.h.{}.ln_1.bias"}, false},
+    {Role::qkv_w,   "attn/qkv/weight",  kBlock,     kDecay,   kNotNorm, kRows, kNormal,
+     qkv3, thirds, {"transformer.h.{}.attn.c_attn.weight"}, true},
+    {Role::qkv_b,   "attn/qkv/bias",    kBlock,     kNoDecay, kNotNorm, kRows, kZeros,
+     qkv3_vector, thirds, {"transformer.h.{}.attn.c_attn.bias"}, false},
+    {Role::proj_w,  "attn/proj/weight", kBlock,     kDecay,   kNotNorm, kCols, kResidual,
+     square, nullptr, {"transformer.h.{}.attn.c_proj.weight"}, true},
+    {Role::proj_b,  "attn/proj/bias",   kBlock,     kNoDecay, kNotNorm, kRep,  kZeros,
+     width, nullptr, {"transformer.h.{}.attn.c_proj.bias"}, false},
+    {Role::ln2_w,   "ln2/weight",       kBlock,     kNoDecay, kNorm,    kRep,  kOnes,
+     width, nullptr, {"transformer.h.{}.ln_2.weight"}, false},
+    {Role::ln2_b,   "ln2/bias",         kBlock,     kNoDecay, kNorm,    kRep,  kZeros,
+     width, nullptr, {"transformer.h.{}.ln_2.bias"}, false},
+    {Role::fc_w,    "mlp/fc/weight",    kBlock,     kDecay,   kNotNorm, kRows, kNormal,
+     mlp_in, nullptr, {"transformer.h.{}.mlp.c_fc.weight"}, true},
+    {Role::fc_b,    "mlp/fc/bias",      kBlock,     kNoDecay, kNotNorm, kRows, kZeros,
+     mlp_in_vector, nullptr, {"transformer.h.{}.mlp.c_fc.bias"}, false},
+    {Role::fcp_w,   "mlp/proj/weight",  kBlock,     kDecay,   kNotNorm, kCols, kResidual,
+     mlp_out, nullptr, {"transformer.h.{}.mlp.c_proj.weight"}, true},
+    {Role::fcp_b,   "mlp/proj/bias",    kBlock,     kNoDecay, kNotNorm, kRep,  kZeros,
+     width, nullptr, {"transformer.h.{}.mlp.c_proj.bias"}, false},
+    {Role::lnf_w,   "lnf/weight",       kLast,      kNoDecay, kNorm,    kRep,  kOnes,
+     width, nullptr, {"transformer.ln_f.weight"}, false},
+    {Role::lnf_b,   "lnf/bias",         kLast,      kNoDecay, kNorm,    kRep,  kZeros,
+     width, nullptr, {"transformer.ln_f.bias"}, false},
+    {Role::lm_head, "lm_head/weight",   kHead,      kDecay,   kNotNorm, kRows, kNormal,
+     vocab_by_width, nullptr, {"lm_head.weight"}, false},
 };
 
 // Llama (LlamaForCausalLM): RMSNorm weights, rotary positions (no table), no biases, grouped
 // query heads in the packed qkv, SwiGLU's gate and up projections packed in fc.
 const std::vector<TensorSpec> kLlama = {
-    {Role::wte, "wte", Scope::embedding, vocab_by_width, nullptr, true, false, kRows, Init::normal,
-     {"model.embed_tokens.weight"}, false},
-    {Role::ln1_w, "ln1/weight", Scope::block, width, nullptr, false, true, kRep, Init::ones,
-     {"model.layers.{}.input_layernorm.weight"}, false},
-    {Role::qkv_w, "attn/qkv/weight", Scope::block, qkv, qkv_parts, true, false, kRows,
-     Init::normal,
-     {"model.layers.{}.self_attn.q_proj.weight", "model.layers.{}.self_attn.k_proj.weight",
-      "model.layers.{}.self_attn.v_proj.weight"},
-     false},
-    {Role::proj_w, "attn/proj/weight", Scope::block, square, nullptr, true, false, kCols,
-     Init::residual, {"model.layers.{}.self_attn.o_proj.weight"}, false},
-    {Role::ln2_w, "ln2/weight", Scope::block, width, nullptr, false, true, kRep, Init::ones,
-     {"model.layers.{}.post_attention_layernorm.weight"}, false},
-    {Role::fc_w, "mlp/fc/weight", Scope::block, gate_up, gate_up_parts, true, false, kRows,
-     Init::normal,
-     {"model.layers.{}.mlp.gate_proj.weight", "model.layers.{}.mlp.up_proj.weight"}, false},
-    {Role::fcp_w, "mlp/proj/weight", Scope::block, mlp_out, nullptr, true, false, kCols,
-     Init::residual, {"model.layers.{}.mlp.down_proj.weight"}, false},
-    {Role::lnf_w, "lnf/weight", Scope::last, width, nullptr, false, true, kRep, Init::ones,
-     {"model.norm.weight"}, false},
-    {Role::lm_head, "lm_head/weight", Scope::head, vocab_by_width, nullptr, true, false, kRows,
-     Init::normal, {"lm_head.weight"}, false},
+    {Role::wte,     "wte",              kEmbedding, kDecay,   kNotNorm, kRows, kNormal,
+     vocab_by_width, nullptr, {"model.embed_tokens.weight"}, false},
+    {Role::ln1_w,   "ln1/weight",       kBlock,     kNoDecay, kNorm,    kRep,  kOnes,
+     width, nullptr, {"model.layers.{}.input_layernorm.weight"}, false},
+    {Role::qkv_w,   "attn/qkv/weight",  kBlock,     kDecay,   kNotNorm, kRows, kNormal,
+     qkv, qkv_parts, {"model.layers.{}.self_attn.q_proj.weight",
+                      "model.layers.{}.self_attn.k_proj.weight",
+                      "model.layers.{}.self_attn.v_proj.weight"}, false},
+    {Role::proj_w,  "attn/proj/weight", kBlock,     kDecay,   kNotNorm, kCols, kResidual,
+     square, nullptr, {"model.layers.{}.self_attn.o_proj.weight"}, false},
+    {Role::ln2_w,   "ln2/weight",       kBlock,     kNoDecay, kNorm,    kRep,  kOnes,
+     width, nullptr, {"model.layers.{}.post_attention_layernorm.weight"}, false},
+    {Role::fc_w,    "mlp/fc/weight",    kBlock,     kDecay,   kNotNorm, kRows, kNormal,
+     gate_up, gate_up_parts, {"model.layers.{}.mlp.gate_proj.weight",
+                              "model.layers.{}.mlp.up_proj.weight"}, false},
+    {Role::fcp_w,   "mlp/proj/weight",  kBlock,     kDecay,   kNotNorm, kCols, kResidual,
+     mlp_out, nullptr, {"model.layers.{}.mlp.down_proj.weight"}, false},
+    {Role::lnf_w,   "lnf/weight",       kLast,      kNoDecay, kNorm,    kRep,  kOnes,
+     width, nullptr, {"model.norm.weight"}, false},
+    {Role::lm_head, "lm_head/weight",   kHead,      kDecay,   kNotNorm, kRows, kNormal,
+     vocab_by_width, nullptr, {"lm_head.weight"}, false},
 };
+
+// clang-format on
 
 const char* scope_name(Scope s) {
   switch (s) {
-  case Scope::embedding: return "embedding";
-  case Scope::first: return "first";
-  case Scope::block: return "block";
-  case Scope::last: return "last";
-  case Scope::head: return "head";
+  case Scope::embedding:
+    return "embedding";
+  case Scope::first:
+    return "first";
+  case Scope::block:
+    return "block";
+  case Scope::last:
+    return "last";
+  case Scope::head:
+    return "head";
   }
   return "?";
 }
 
 const char* split_name(TpSplit s) {
   switch (s) {
-  case TpSplit::replicated: return "replicated";
-  case TpSplit::rows: return "rows";
-  case TpSplit::columns: return "columns";
+  case TpSplit::replicated:
+    return "replicated";
+  case TpSplit::rows:
+    return "rows";
+  case TpSplit::columns:
+    return "columns";
   }
   return "?";
 }
 
 const char* init_name(Init i) {
   switch (i) {
-  case Init::zeros: return "zeros";
-  case Init::ones: return "ones";
-  case Init::normal: return "normal";
-  case Init::residual: return "residual";
+  case Init::zeros:
+    return "zeros";
+  case Init::ones:
+    return "ones";
+  case Init::normal:
+    return "normal";
+  case Init::residual:
+    return "residual";
   }
   return "?";
 }
@@ -132,8 +180,8 @@ std::string json_ints(const Dims& d) {
 
 const char* role_name(Role r) {
   static const char* const kNames[kRoles] = {
-      "wte",   "wpe",   "ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b", "ln2_w",
-      "ln2_b", "fc_w",  "fc_b",  "fcp_w", "fcp_b", "lnf_w", "lnf_b",  "lm_head"};
+      "wte",   "wpe",  "ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b", "ln2_w",
+      "ln2_b", "fc_w", "fc_b",  "fcp_w", "fcp_b", "lnf_w", "lnf_b",  "lm_head"};
   return kNames[static_cast<int>(r)];
 }
 

@@ -34,7 +34,6 @@ enum class Role {
   lm_head, // (V, C) the head's weight when untied
 };
 inline constexpr int kRoles = static_cast<int>(Role::lm_head) + 1;
-inline constexpr bool is_block_role(Role r) { return r >= Role::ln1_w && r <= Role::fcp_b; }
 const char* role_name(Role r);
 
 // Which stages hold a tensor: the first (embedding: and the last when the head is tied to it),
@@ -53,12 +52,12 @@ struct TensorSpec {
   Role role;
   const char* name; // the checkpoint path's end; block tensors lie under "h/NNN/"
   Scope scope;
-  Dims (*shape)(const ModelConfig&); // the whole tensor's shape
-  Dims (*parts)(const ModelConfig&); // the global rows of its stacked parts; null: one part
-  bool decay;                        // AdamW's weight decay applies
-  bool norm;                         // a norm's weight or bias (sequence parallelism sums them)
+  bool decay; // AdamW's weight decay applies
+  bool norm;  // a norm's weight or bias (sequence parallelism sums them)
   TpSplit split;
   Init init;
+  Dims (*shape)(const ModelConfig&); // the whole tensor's shape
+  Dims (*parts)(const ModelConfig&); // the global rows of its stacked parts; null: one part
   // Hugging Face's name, or with several, those of its parts (as `parts` gives their rows),
   // stacked by rows in this order; "{}" is the layer
   std::vector<const char*> hf;

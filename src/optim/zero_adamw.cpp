@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-
 namespace pt {
 
 ZeroAdamW::ZeroAdamW(const ParamLayout& layout, std::size_t bucket_floats, MPI_Comm dp,

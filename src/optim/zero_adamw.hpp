@@ -80,11 +80,11 @@ private:
   std::vector<Bucket> buckets_;
   std::vector<Piece> pieces_;
   const Backend& be_;
-  FloatBuffer grads_;                 // this rank's blocks of the summed gradients (backend)
-  FloatBuffer saved_grads_;           // save()'s copy of them
-  CountedVector<float> host_;         // their host copy for MPI (a GPU backend only)
-  std::unique_ptr<AdamW> opt_;        // moments of this rank's blocks
-  CountedVector<float> padded_;       // a whole padded bucket: the all-gather's destination
+  FloatBuffer grads_;           // this rank's blocks of the summed gradients (backend)
+  FloatBuffer saved_grads_;     // save()'s copy of them
+  CountedVector<float> host_;   // their host copy for MPI (a GPU backend only)
+  std::unique_ptr<AdamW> opt_;  // moments of this rank's blocks
+  CountedVector<float> padded_; // a whole padded bucket: the all-gather's destination
 };
 
 } // namespace pt

@@ -156,9 +156,8 @@ void print_plan(const RunConfig& cfg, const Layout& layout, const Placement& pla
   const long long tokens = static_cast<long long>(cfg.train.global_batch) * m.seq_len;
   std::printf("== plan ==\n  model: %d layers, d_model %d, %d heads, seq_len %d, vocab %d, %s "
               "embeddings, %.2fM parameters, %.1f MFLOP/token\n",
-              m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size,
-              tied(m) ? "tied" : "untied", count_model_params(m) / 1e6,
-              flops_per_token(m) / 1e6);
+              m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size, tied(m) ? "tied" : "untied",
+              count_model_params(m) / 1e6, flops_per_token(m) / 1e6);
   std::printf("  batch: global %d sequences (%lld tokens) per step = dp %d x micro-batch %d x %d "
               "micro-batches; %d steps\n",
               cfg.train.global_batch, tokens, cfg.parallel.dp, cfg.train.micro_batch,

@@ -19,6 +19,8 @@ TestHooks read_hooks() {
   h.check_tp_replicas = is_one("PIPETRAIN_CHECK_TP_REPLICAS");
   if (const char* k = std::getenv("PIPETRAIN_TEST_KILL_IN_CHECKPOINT"))
     h.kill_in_checkpoint = std::atoi(k);
+  if (const char* k = std::getenv("PIPETRAIN_TEST_STALL_IN_CHECKPOINT"))
+    h.stall_in_checkpoint = std::atoi(k);
   return h;
 }
 

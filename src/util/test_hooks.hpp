@@ -7,8 +7,10 @@
 //   PIPETRAIN_TEST_DROP_SEND=1          pipeline rank 0 skips its first activation send
 //   PIPETRAIN_TEST_WITHHOLD_TP=1        tensor-parallel rank 1 never joins its first tp all-reduce
 //   PIPETRAIN_TEST_KILL_IN_CHECKPOINT=N the last rank kills itself while writing step N's
-//   checkpoint PIPETRAIN_CHECK_TP_REPLICAS=1       every step, replicated gradients must be bitwise
-//   equal on
+//                                       checkpoint
+//   PIPETRAIN_TEST_STALL_IN_CHECKPOINT=N the last rank stalls before step N's checkpoint file is
+//                                       opened (the others wait in HDF5's collective open)
+//   PIPETRAIN_CHECK_TP_REPLICAS=1       every step, replicated gradients must be bitwise equal on
 //                                       every tp rank
 #pragma once
 
@@ -18,7 +20,8 @@ struct TestHooks {
   bool staged = false;
   bool drop_send = false;
   bool withhold_tp = false;
-  int kill_in_checkpoint = -1; // the step; -1: never
+  int kill_in_checkpoint = -1;  // the step; -1: never
+  int stall_in_checkpoint = -1; // the step; -1: never
   bool check_tp_replicas = false;
 };
 

@@ -20,6 +20,8 @@ Scenarios (each exits 0 on success, prints what it compared):
                         the losses match the straight run
   kill                  kill -9 of a rank while step 10's checkpoint is written: the .partial file
                         stays, latest still names step 5, resume = "auto" continues bit-exactly
+  stall                 a rank stalls before a checkpoint's collective open: the other rank's
+                        watchdog names the MPI-IO open and the job exits 5
   sigterm               SIGTERM to the ranks mid-run: exit 0 with a checkpoint; resuming it gives
                         the straight run's losses and parameters
   other_model           a checkpoint of n_head 4 resumed with n_head 8 (same shapes): exit 3
@@ -215,6 +217,20 @@ def kill(r):
     r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
 
 
+def stall(r):
+    # the last rank stalls before step 5's checkpoint file is opened: the other waits inside
+    # HDF5's collective MPI-IO open, where no request can be polled; the watchdog names it
+    args = r.cmd("2,1,1", "stall", "checkpoint.every=5", "runtime.hang_timeout_s=3", ckpt="s")
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PIPETRAIN_TEST_STALL_IN_CHECKPOINT="5"))
+    out = p.stdout + p.stderr
+    if p.returncode != 5:
+        print(out[-3000:])
+        sys.exit(f"FAIL: stall: exit code {p.returncode}, expected 5 (the hang watchdog)")
+    expect_in(out, "(runtime.hang_timeout_s = 3) for the collective MPI-IO open of "
+                   f"'{r.work}/s/step_00000005.h5.partial'")
+
+
 def sigterm(r):
     global STEPS
     STEPS = 3000  # long enough to be interrupted; the LR schedule follows it in every run
@@ -314,7 +330,8 @@ def main():
     r = Runner(a)
     {"bitexact": lambda: bitexact(r, a.args[0]), "reshard": lambda: reshard(r, a.args[0], a.args[1]),
      "damage": lambda: damage(r, a.args[0]), "fallback": lambda: fallback(r),
-     "kill": lambda: kill(r), "sigterm": lambda: sigterm(r),
+     "kill": lambda: kill(r), "stall": lambda: stall(r),
+     "sigterm": lambda: sigterm(r),
      "other_model": lambda: other_model(r), "other_data": lambda: other_data(r),
      "nothing_left": lambda: nothing_left(r), "fresh_start": lambda: fresh_start(r)}[a.scenario]()
     print("PASS")

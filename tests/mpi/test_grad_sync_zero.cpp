@@ -80,9 +80,9 @@ struct Zero {
       : grads(lay.total()), shard(lay, 600, MPI_COMM_WORLD, watchdog, pt::TrainConfig{}) {
     pt::AllreduceOptions opt;
     opt.watchdog = &watchdog;
-    sync = std::make_unique<pt::GradSync>(grads.data(), pt::make_buckets(lay, 600),
-                                          MPI_COMM_WORLD, overlap, opt, pt::host_backend(),
-                                          nullptr, shard.shard_target());
+    sync = std::make_unique<pt::GradSync>(grads.data(), pt::make_buckets(lay, 600), MPI_COMM_WORLD,
+                                          overlap, opt, pt::host_backend(), nullptr,
+                                          shard.shard_target());
   }
   // the engine's calls: layers from the last down, then finish, then the optimizer's reduce
   int reduce() {
@@ -146,7 +146,8 @@ void zero_case(Tally& t, const pt::ParamLayout& lay, const pt::Watchdog& watchdo
                                  x.size * sizeof(float)) == 0;
     }
   }
-  t.check(reduced, ("ZeRO-1's reduce-scatter leaves the summed gradients in each run" + mode).c_str());
+  t.check(reduced,
+          ("ZeRO-1's reduce-scatter leaves the summed gradients in each run" + mode).c_str());
   t.check(same, ("ZeRO-1's steps equal a whole AdamW's on the summed gradients" + mode).c_str());
   t.check(shard.updates() == 3 && shard.sharded() && !whole.sharded(),
           ("ZeRO-1's update count and sharding" + mode).c_str());
@@ -156,14 +157,16 @@ void zero_case(Tally& t, const pt::ParamLayout& lay, const pt::Watchdog& watchdo
   // fractional gradients: their sums depend on the order, which overlap none fixes (rank order)
   Zero ref(lay, pt::Overlap::none, watchdog);
   for (std::size_t i = 0; i < z.grads.size(); ++i) {
-    z.grads[i] = ref.grads[i] = 0.1f * static_cast<float>(t.rank + 1) + 1e-3f * static_cast<float>(i % 97);
+    z.grads[i] = ref.grads[i] =
+        0.1f * static_cast<float>(t.rank + 1) + 1e-3f * static_cast<float>(i % 97);
   }
   z.reduce();
   ref.reduce();
   bool bits = true;
   for (const pt::ZeroAdamW::Piece& p : shard.pieces()) {
-    bits = bits && std::memcmp(shard.shard_grads() + p.shard_offset,
-                               ref.shard.shard_grads() + p.shard_offset, p.size * sizeof(float)) == 0;
+    bits =
+        bits && std::memcmp(shard.shard_grads() + p.shard_offset,
+                            ref.shard.shard_grads() + p.shard_offset, p.size * sizeof(float)) == 0;
   }
   t.check(bits, ("ZeRO-1's shard is overlap none's, bit for bit" + mode).c_str());
 }

@@ -66,7 +66,7 @@ TEST(Config, MadeInCodeEqualsParsedMinimalDeck) {
     EXPECT_EQ(made.log, parsed.log);
     EXPECT_EQ(made.runtime, parsed.runtime);
     EXPECT_EQ(*parsed.model.tie_embeddings, arch == Arch::gpt2); // resolved, per architecture
-    EXPECT_EQ(parsed.runtime.hang_timeout_s, 600.0); // one default, in the struct
+    EXPECT_EQ(parsed.runtime.hang_timeout_s, 600.0);             // one default, in the struct
     EXPECT_EQ(parsed.parallel.dp, 2);
     EXPECT_DOUBLE_EQ(*parsed.train.min_lr, parsed.train.lr / 10.0);
     // and a rule between keys names the key for a RunConfig made in code too
@@ -81,8 +81,8 @@ TEST(Config, MadeInCodeEqualsParsedMinimalDeck) {
 // value below fails here, so no model key can be left out of the resume check.
 TEST(Config, ModelDescriptionComparesEveryModelKey) {
   const std::map<std::string, std::string> other = {
-      {"arch", "\"gpt2\""}, {"n_layer", "6"},         {"n_head", "8"},
-      {"d_model", "128"},     {"seq_len", "64"},        {"vocab_size", "512"},
+      {"arch", "\"gpt2\""},       {"n_layer", "6"},    {"n_head", "8"},
+      {"d_model", "128"},         {"seq_len", "64"},   {"vocab_size", "512"},
       {"tie_embeddings", "true"}, {"n_kv_head", "2"},  {"ffn_hidden", "512"},
       {"rope_theta", "500000.0"}, {"norm_eps", "1e-6"}};
   const std::string llama = "[model]\narch = \"llama\"\nn_layer = 4\nn_head = 4\nd_model = 64\n"
