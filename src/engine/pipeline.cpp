@@ -13,22 +13,17 @@ using schedule::Op;
 
 PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
                                const schedule::Schedule& sched, std::vector<GptStage*> chunks,
-                               const Watchdog& watchdog,
+                               const Watchdog& watchdog, StepPolicy& policy,
                                std::vector<std::unique_ptr<cuda::NcclLink>> links)
     : cfg_(cfg), layout_(layout), sched_(sched), chunks_(std::move(chunks)), watchdog_(watchdog),
-      actions_(&sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), p_(sched.p),
-      v_(sched.v), me_(layout.coords().pp), N_(chunks_.front()->rows()), C_(cfg.model.d_model),
+      actions_(&sched.ranks[static_cast<std::size_t>(layout.coords().pp)]), policy_(policy),
+      p_(sched.p), v_(sched.v), me_(layout.coords().pp), N_(chunks_.front()->rows()),
+      C_(cfg.model.d_model),
       transport_(layout.pp_comm(), sched, me_, watchdog, std::move(links),
                  static_cast<std::size_t>(N_) * C_,
                  activation_format(cfg.device.precision) == ActFormat::bf16) {
   const int tokens = cfg.train.micro_batch * cfg.model.seq_len; // per micro-batch
   loss_scale_ = 1.0f / (static_cast<float>(tokens) * cfg.parallel.micro_batches * layout.dp());
-  if (cfg.parallel.schedule == ScheduleKind::two_bw) { // the step lists it runs (schedule.hpp)
-    const int m = cfg.parallel.micro_batches;
-    for (int k = 0; k < 8; ++k) {
-      async_lists_.push_back(schedule::two_bw_step(p_, m, k % 2, (k / 2) % 2 == 1, k / 4 == 1));
-    }
-  }
   slots_.resize(static_cast<std::size_t>(v_));
   free_.resize(static_cast<std::size_t>(v_));
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
@@ -41,12 +36,7 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   const Memory mem{be.alloc, be.release};
   const Memory msg_mem = transport_.device() ? mem : Memory{};
   const bool copies = staged_ && !transport_.device();
-  std::vector<const std::vector<Action>*> lists{actions_}; // 2bw: every step list it may run
-  if (!async_lists_.empty()) lists.clear();
-  for (const schedule::Schedule& l : async_lists_) {
-    lists.push_back(&l.ranks[static_cast<std::size_t>(me_)]);
-  }
-  for (const std::vector<Action>* list : lists) {
+  for (const std::vector<Action>* list : policy_.lists()) { // every list a step may run
     for (const Action& a : *list) {
       if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
         recv_buf_.try_emplace(MsgKey{a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}, NC, msg_mem);
@@ -174,7 +164,7 @@ const float* PipelineEngine::stage_output(const StageActivations& a) const {
 
 double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t, bool drain) {
   const double t_start = wall_time();
-  const std::vector<Action>& actions = step_list(step, drain);
+  const std::vector<Action>& actions = policy_.list(step, drain);
   // the chunk's last weight-gradient action: its layers' gradients become final one by one
   std::vector<std::size_t> last_weight(static_cast<std::size_t>(v_), actions.size());
   for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -224,17 +214,8 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t, bool 
   return st.loss_sum;
 }
 
-const std::vector<Action>& PipelineEngine::step_list(int step, bool drain) {
-  if (async_lists_.empty()) return *actions_;
-  const int k = step % 2 + (warm_ ? 2 : 0) + (drain ? 4 : 0);
-  warm_ = drain; // the next list starts with the warm-up forwards after a drained one
-  return async_lists_[static_cast<std::size_t>(k)].ranks[static_cast<std::size_t>(me_)];
-}
-
 std::pair<int, int> PipelineEngine::step_of(const Step& st, int mb) const {
-  if (async_lists_.empty()) return {st.step, mb};
-  const int m = cfg_.parallel.micro_batches; // 2bw: ids (step % 2) * m + j
-  return {mb / m == st.step % 2 ? st.step : st.step + 1, mb % m};
+  return policy_.step_of(st.step, mb);
 }
 
 void PipelineEngine::timed(Step& st, const Action& a, const std::function<void()>& fn) {
@@ -281,7 +262,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   case Op::F: {
     Slot& s = acquire(a.chunk, a.mb);
     const auto [step, j] = step_of(st, a.mb);
-    if (weights_for_ && !st.evaluating) stage.use_weights(weights_for_(a.chunk, step));
+    if (!st.evaluating) stage.use_weights(policy_.weights_for(a.chunk, step));
     return timed(st, a, [&] {
       if (stage.spec().first || stage.spec().last) {
         load_batch(stage, s.acts, st.sampler, step,
@@ -311,7 +292,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   }
   case Op::B: {
     Slot& s = *live_.at({a.mb, a.chunk});
-    if (weights_for_) stage.use_weights(weights_for_(a.chunk, step_of(st, a.mb).first));
+    stage.use_weights(policy_.weights_for(a.chunk, step_of(st, a.mb).first));
     timed(st, a, [&] {
       const float* dout = received_grad(stage, a.mb, a.chunk);
       float* d_input = stage.spec().first ? nullptr : grad_send_buf_.at({a.mb, a.chunk}).data();

@@ -18,6 +18,7 @@
 #include "comm/watchdog.hpp"
 #include "config/run_config.hpp"
 #include "data/sampler.hpp"
+#include "engine/step_policy.hpp"
 #include "model/gpt_stage.hpp"
 #include "schedule/schedule.hpp"
 #include "telemetry/trace.hpp"
@@ -48,8 +49,9 @@ public:
   // chunks[c] is this rank's model chunk c (virtual stage c*p + pp rank). links: empty (MPI),
   // or one entry per channel of schedule::channels(sched), the NCCL link of each channel this
   // rank sends or receives on (null for the others).
+  // policy: the lists each step runs and the weights its micro-batches use (step_policy.hpp).
   PipelineEngine(const RunConfig& cfg, const Layout& layout, const schedule::Schedule& sched,
-                 std::vector<GptStage*> chunks, const Watchdog& watchdog,
+                 std::vector<GptStage*> chunks, const Watchdog& watchdog, StepPolicy& policy,
                  std::vector<std::unique_ptr<cuda::NcclLink>> links = {});
 
   // Runs the step's action list. Returns the sum of the micro-batch mean losses this rank
@@ -68,17 +70,11 @@ public:
   // layer's weight gradients, and polled between actions (comm.overlap).
   void set_grad_sync(std::vector<GradSync*> sync) { sync_ = std::move(sync); }
 
-  // 2bw: the weights a chunk computes a micro-batch of optimizer step `step` with (null: its
-  // newest, GptStage::params()).
   // Bytes of pipeline messages this rank has sent (what the wire carried).
   std::uint64_t message_bytes() const { return transport_.bytes_sent(); }
 
   // log.trace: every compute action and wait goes into it (null: none).
   void set_trace(Trace* trace) { trace_ = trace; }
-
-  void set_weights_for(std::function<float*(int chunk, int step)> f) {
-    weights_for_ = std::move(f);
-  }
 
 private:
   struct Slot {
@@ -89,7 +85,6 @@ private:
   using MsgKey = PipeTransport::Msg; // (dir 0 activation / 1 gradient, mb, chunk)
   struct Step;                       // one run()'s messages in flight, loss and times
   void execute(const schedule::Action& a, GptStage& stage, Step& st);
-  const std::vector<schedule::Action>& step_list(int step, bool drain);
   std::pair<int, int> step_of(const Step& st, int mb) const; // (optimizer step, j) of an id
   // compute (op 0-3: F, B, BI, BW), into st's times and the trace
   void timed(Step& st, const schedule::Action& a, const std::function<void()>& fn);
@@ -118,9 +113,7 @@ private:
   std::vector<GptStage*> chunks_; // not owned
   const Watchdog& watchdog_;
   const std::vector<schedule::Action>* actions_; // the schedule's list (2bw: unrolled steps)
-  std::vector<schedule::Schedule> async_lists_;  // 2bw: step lists by parity, warm, drain
-  bool warm_ = true;                             // 2bw: the next list starts with its warm-up
-  std::function<float*(int, int)> weights_for_;
+  StepPolicy& policy_;
   Trace* trace_ = nullptr;
   std::map<Key, PipeTransport::Handle> act_sends_; // outstanding activation sends
   int p_, v_, me_, N_, C_; // N_: rows of a message (the stages' residual rows)

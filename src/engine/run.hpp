@@ -15,6 +15,7 @@
 #include "data/token_file.hpp"
 #include "engine/chunk.hpp"
 #include "engine/pipeline.hpp"
+#include "engine/step_policy.hpp"
 #include "engine/trainer.hpp"
 #include "model/param_layout.hpp"
 #include "telemetry/metrics.hpp"
@@ -25,30 +26,6 @@ namespace pt {
 // The kernel backend of device.kind (collective: every rank reaches the same verdict), wrapped
 // in the op timer when log.op_profile is on.
 const Backend& open_backend(const RunConfig& cfg, MPI_Comm world);
-
-// PipeDream-2BW's two weight versions (schedule = "2bw", docs/design.md section 6), in one
-// place: per chunk the weights one version older than its params() (W(u-1) where params() holds
-// W(u), u = newest, the optimizer steps done), for the micro-batches still in flight. Empty for
-// every other schedule.
-struct WeightVersions {
-  std::vector<FloatBuffer> older; // per chunk, num_params() floats in the backend's memory
-  int newest = 0;
-  bool on() const { return !older.empty(); }
-  // The weights a micro-batch of optimizer step `step` computes with: W(max(step - 1, 0)), the
-  // older buffer, or nullptr for the chunk's params().
-  float* for_step(int chunk, int step) {
-    const int version = step > 0 ? step - 1 : 0;
-    return version == newest ? nullptr : older[static_cast<std::size_t>(chunk)].data();
-  }
-  // Before an update: W(newest) becomes the older version (the update then makes W(newest + 1)).
-  void keep(const Backend& be, const std::vector<Chunk>& chunks) {
-    for (std::size_t c = 0; c < older.size(); ++c) {
-      be.copy(older[c].data(), chunks[c].stage->params(), older[c].bytes());
-    }
-    be.synchronize();
-    ++newest;
-  }
-};
 
 struct Run {
   // Collective over layout.world(): opens the backend, data and metrics log, makes the chunks,
@@ -68,8 +45,8 @@ struct Run {
   std::unique_ptr<GroupReducer> embedding_reduce; // tied embedding across the first/last stage
   std::vector<Chunk> chunks;                      // chunk c: plan.schedule.stage_of(pp rank, c)
   ParamLayout whole;                              // every tensor of the model, in model order
+  std::unique_ptr<StepPolicy> policy;             // synchronous or 2bw, from the schedule kind
   std::unique_ptr<PipelineEngine> engine;
-  WeightVersions two_bw;    // schedule = "2bw"
   Trace trace;              // log.trace
   double peak_flops = 0.0;  // every rank's measured GEMM rate, summed
   int replicas_checked = 0; // test hook check_tp_replicas
@@ -92,7 +69,7 @@ struct StepResult {
 // One optimizer step (collective): zero the gradients, run the schedule, finish the gradients
 // (tied head, dp reduction, tied embedding), reduce the loss, the global norm and clipping,
 // AdamW. Throws Error(non_finite) before any update when the loss or norm is not finite.
-// drain: 2bw only (PipelineEngine::run); 2bw keeps the pre-update weights in run.two_bw.
+// drain: the step ends with the cool-down (the policy decides whether that is a choice: 2bw).
 // stop_seen: the stop signal this rank has seen (0 if none; polled here if none yet), agreed
 // in the step's one world sum into StepResult::stop; nullptr: not agreed here (2bw).
 StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain = true,

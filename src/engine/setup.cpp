@@ -196,10 +196,6 @@ void make_chunks(Run& run) {
         cfg.train.micro_batch, tp, run.be, cfg.train.recompute,
         activation_format(cfg.device.precision));
     chunk.stage->init_parameters(cfg.train.seed);
-    if (cfg.parallel.schedule == ScheduleKind::two_bw) {
-      run.two_bw.older.emplace_back(chunk.stage->num_params(),
-                                    Memory{run.be.alloc, run.be.release});
-    }
     if (cfg.parallel.zero == 1) {
       chunk.opt = std::make_unique<ZeroAdamW>(
           chunk.stage->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0),
@@ -252,21 +248,18 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
   nccl =
       use_nccl("comm.gpu_collectives", cfg.comm.gpu_collectives, cfg, layout.world(), staged_why);
   make_chunks(*this);
+  policy = make_step_policy(cfg, plan.schedule, layout.coords().pp, stages_of(chunks), be);
   const int p = cfg.parallel.pp;
   nccl_p2p = p > 1 && use_nccl("comm.gpu_p2p", cfg.comm.gpu_p2p, cfg, layout.world(), p2p_why);
-  engine =
-      std::make_unique<PipelineEngine>(cfg, layout, plan.schedule, stages_of(chunks), watchdog,
-                                       nccl_p2p ? make_nccl_links(plan.schedule, layout)
-                                                : std::vector<std::unique_ptr<cuda::NcclLink>>{});
+  engine = std::make_unique<PipelineEngine>(
+      cfg, layout, plan.schedule, stages_of(chunks), watchdog, *policy,
+      nccl_p2p ? make_nccl_links(plan.schedule, layout)
+               : std::vector<std::unique_ptr<cuda::NcclLink>>{});
   make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
   std::vector<GradSync*> syncs;
   for (const Chunk& c : chunks) syncs.push_back(c.sync.get());
   engine->set_grad_sync(syncs);
   if (cfg.log.trace) engine->set_trace(&trace);
-  if (two_bw.on()) {
-    engine->set_weights_for(
-        [this](int chunk, int step) -> float* { return two_bw.for_step(chunk, step); });
-  }
   // MFU denominator: every rank's measured matrix-product rate (host sgemm, or cuBLAS at the
   // deck's precision), summed. Ranks sharing a GPU each count it: MFU is then understated.
   peak_flops = cfg.device.kind == DeviceKind::cuda ? cuda::measure_gemm_flops(0.25)

@@ -209,7 +209,7 @@ StepResult train_step(Run& run, int step, const Sampler& sampler, bool drain, in
   if (stop_seen != nullptr && *stop_seen == 0) *stop_seen = poll_stop_signal();
   PendingAgreement pending(run, loss, stop_seen != nullptr ? *stop_seen : 0);
   r.lr = learning_rate(t, step);
-  if (run.two_bw.on()) run.two_bw.keep(run.be, run.chunks); // 2bw: W(t) stays for step t+1
+  run.policy->before_update(stages_of(run.chunks)); // 2bw: W(t) stays for step t+1
   // post-validation (arXiv 2401.10241 section 4): update unclipped while the norm is summed
   const bool early = t.post_validation;
   if (early) {

@@ -38,7 +38,7 @@ struct Checkpoints {
       std::fflush(stdout);
     }
     if (!resumed && !run.cfg.checkpoint.init_from.empty()) init_from();
-    run.two_bw.newest = state.step; // 2bw: params() holds W(step), the older buffer W(step - 1)
+    run.policy->resumed_at(state.step); // 2bw: params() hold W(step), the older weights W(step - 1)
     return state.step;
   }
 
@@ -98,7 +98,7 @@ int stop_after(const Run& run, int step, int first_step, int agreed) {
   return agreed;
 }
 
-// 2bw asks before the step, which then drains when the run stops: an agreement of its own.
+// A policy that stops before the step (2bw), which then drains: an agreement of its own.
 int agree_stop_before_step(const Run& run, int& stop_seen) {
   if (stop_seen == 0) stop_seen = poll_stop_signal();
   int stop = stop_seen;
@@ -121,10 +121,10 @@ void print_stopping(const Run& run, int step, int stop) {
 TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   Run run(cfg, layout, plan);
   print_run_header(run);
-  Checkpoints checkpoints{run,
-                          Shards{stages_of(run.chunks), optimizers_of(run.chunks),
-                                 run.two_bw.on() ? &run.two_bw.older : nullptr},
-                          {}};
+  Checkpoints checkpoints{
+      run,
+      Shards{stages_of(run.chunks), optimizers_of(run.chunks), run.policy->older_weights()},
+      {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();
   TrainResult result;
@@ -143,9 +143,9 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
   const Sampler sampler(*run.data, cfg.model.seq_len, cfg.train.seed);
   reset_op_times(); // from here on: the partition's timing ran ops too
   int stop_seen = 0;
-  // 2bw runs the next step's first forwards inside a step unless the step drains: before a
-  // checkpoint, a validation, a stop and at the end. So it agrees on stopping before the step.
-  const bool async = cfg.parallel.schedule == ScheduleKind::two_bw;
+  // A step may run the next step's first forwards unless it drains (2bw): before a checkpoint,
+  // a validation, a stop and at the end. Such a policy agrees on stopping before the step.
+  const bool stop_first = run.policy->stops_before_step();
   for (int step = totals.first_step; step < cfg.train.steps; ++step) {
     const long collectives_before = run.watchdog.collectives();
     // the steps that log or trace start together, so that their times compare across ranks
@@ -159,16 +159,16 @@ TrainResult train(const RunConfig& cfg, const Layout& layout, const Plan& plan) 
     if (step == totals.first_step + 1) reset_op_times();
     const bool last = step + 1 == cfg.train.steps;
     const bool periodic = cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0;
-    int stop =
-        async ? stop_after(run, step, totals.first_step, agree_stop_before_step(run, stop_seen))
-              : 0;
-    const bool drain = !async || last || stop != 0 || validation_due(run, step) ||
-                       (cfg.checkpoint.enabled && periodic);
-    const StepResult s = train_step(run, step, sampler, drain, async ? nullptr : &stop_seen);
+    int stop = stop_first ? stop_after(run, step, totals.first_step,
+                                       agree_stop_before_step(run, stop_seen))
+                          : 0;
+    const bool drain =
+        last || stop != 0 || validation_due(run, step) || (cfg.checkpoint.enabled && periodic);
+    const StepResult s = train_step(run, step, sampler, drain, stop_first ? nullptr : &stop_seen);
     report_step(run, step, s, totals);
     validate_if_due(run, step);
     // checkpoints: every N steps, at the end, and when this run must stop early
-    if (!async) stop = stop_after(run, step, totals.first_step, s.stop);
+    if (!stop_first) stop = stop_after(run, step, totals.first_step, s.stop);
     const bool save = cfg.checkpoint.enabled && (periodic || stop != 0 || last);
     if (save) checkpoints.save(step + 1, s.lr);
     if (!save && !validation_due(run, step) && !step_logs(cfg, step, totals.first_step)) {

@@ -20,6 +20,7 @@
 #include "config/run_config.hpp"
 #include "data/sampler.hpp"
 #include "engine/pipeline.hpp"
+#include "engine/step_policy.hpp"
 #include "model/gpt_stage.hpp"
 #include "model/partition.hpp"
 #include "schedule/schedule.hpp"
@@ -101,7 +102,9 @@ void schedule_case(Tally& t, const pt::TokenFile& data, pt::ScheduleKind kind, i
     owned.back()->init_parameters(cfg.train.seed);
     chunks.push_back(owned.back().get());
   }
-  pt::PipelineEngine engine(cfg, layout, sched, chunks, watchdog);
+  const std::unique_ptr<pt::StepPolicy> policy =
+      pt::make_step_policy(cfg, sched, layout.coords().pp, chunks, pt::host_backend());
+  pt::PipelineEngine engine(cfg, layout, sched, chunks, watchdog, *policy);
   const pt::Sampler sampler(data, cfg.model.seq_len, cfg.train.seed);
   const bool last = layout.coords().pp == sched.rank_of(sched.stages() - 1);
   const std::string name = pt::name(kind);
