@@ -488,15 +488,10 @@ const std::vector<DeckKey>& deck_keys() {
 
 std::vector<std::pair<std::string, std::string>> model_description(const ModelConfig& m) {
   RunConfig c;
-  if (m.arch == Arch::llama) {
-    c.model = m;
-  } else { // llama's keys do nothing here
-    c.model.arch = m.arch;
-    c.model.n_layer = m.n_layer;
-    c.model.n_head = m.n_head;
-    c.model.d_model = m.d_model;
-    c.model.seq_len = m.seq_len;
-    c.model.vocab_size = m.vocab_size;
+  c.model = m;                 // every key, a future one too
+  if (m.arch != Arch::llama) { // llama's rotary base and RMSNorm epsilon do nothing here
+    c.model.rope_theta = ModelConfig{}.rope_theta;
+    c.model.norm_eps = ModelConfig{}.norm_eps;
   }
   c.model.tie_embeddings = tied(m);
   c.model.n_kv_head = kv_heads(m);
