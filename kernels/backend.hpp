@@ -26,6 +26,7 @@
   X(rope_forward) X(rope_backward) X(swiglu_forward) X(swiglu_backward)                       \
   X(kv_expand) X(kv_reduce)                                                                   \
   X(matmul_forward) X(matmul_backward_input) X(matmul_backward_weight) X(matmul_backward)    \
+  X(matmul_forward_packed) X(matmul_backward_packed)                                          \
   X(attention_forward) X(attention_backward)                                                  \
   X(gelu_forward) X(gelu_backward) X(add) X(accumulate) X(zero) X(scale) X(sum_squares)       \
   X(round_bf16) X(pack_bf16) X(unpack_bf16) X(sum_squares_each)                              \
@@ -54,6 +55,10 @@ struct Backend {
   std::size_t (*attention_floats)(int B, int T, int C, int NH);
   // Floats of attention_backward's scratch: a (T,T) tile per thread on the host (at most B*NH).
   std::size_t (*attention_scratch)(int B, int T, int NH);
+  // True where the matrix products and attention convert their fp32 inputs to bfloat16 (round
+  // to nearest even) themselves: a GPU at precision bf16. An input already rounded then gives
+  // the same bits, so the model skips rounds whose only consumers are products (null: false).
+  bool (*bf16_products)();
 
 #define PT_BACKEND_FIELD(op) decltype(&ops::op) op;
   PT_BACKEND_OPS(PT_BACKEND_FIELD)

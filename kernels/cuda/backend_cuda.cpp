@@ -31,6 +31,7 @@ const Backend& start(int device, const std::string& precision) {
                              .seconds = cuda_ops::seconds,
                              .attention_floats = cuda_ops::attention_floats,
                              .attention_scratch = attention_scratch,
+                             .bf16_products = cuda_ops::bf16_products,
 #define PT_CUDA_OP(op) .op = cuda_ops::op,
                              PT_BACKEND_OPS(PT_CUDA_OP)
 #undef PT_CUDA_OP

@@ -71,7 +71,8 @@ std::size_t attention_floats(int B, int T, int C, int NH) {
   if (g.bf16 && flash::takes(B, T, C, NH)) {
     return (flash::kept_bytes(B, T, C, NH) + sizeof(float) - 1) / sizeof(float);
   }
-  return static_cast<std::size_t>(B) * NH * T * T;
+  const std::size_t probs = static_cast<std::size_t>(B) * NH * T * T;
+  return g.bf16 ? (probs + 1) / 2 : probs; // bf16: P kept in bf16, two to a float
 }
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {

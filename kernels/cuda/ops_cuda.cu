@@ -8,12 +8,13 @@
 // Precision "bf16": a matrix product converts its two fp32 operands to bf16 copies (device
 // scratch) and runs cuBLAS on bf16 inputs with fp32 accumulation and an fp32 result. Attention
 // converts q, k, v (and the incoming gradient) once per call, keeps its probabilities P in bf16
-// inside the att buffer (which then holds B*NH*T*T bf16 values, not floats: only this backend
-// reads it), and has cuBLAS write dP in bf16, over which the softmax backward writes dS; where
-// flash_attention.hpp takes the shape (GPT-2's head size 64), its kernels run instead and att
-// holds each score row's log-sum-exp and bf16 copies of qkv and the output, no (T, T) matrix. A
-// forward product with a bias adds it in cuBLASLt's epilogue (no broadcast pass, no fp32 read
-// of the result) where cuBLASLt offers that, and falls back to the broadcast otherwise.
+// inside the att buffer (B*NH*T*T bf16 values in the half as many floats attention_floats asks
+// for: only this backend reads it), and has cuBLAS write dP in bf16, over which the softmax
+// backward writes dS; where flash_attention.hpp takes the shape (GPT-2's head size 64), its kernels
+// run instead and att holds each score row's log-sum-exp and bf16 copies of qkv and the output, no
+// (T, T) matrix. A forward product with a bias adds it in cuBLASLt's epilogue (no broadcast pass,
+// no fp32 read of the result) where cuBLASLt offers that, and falls back to the broadcast
+// otherwise.
 //
 // The ops are split by family: ops_gemm.cu (matrix products), ops_attention.cu, ops_norm.cu,
 // ops_elementwise.cu (embedding, GELU, sums, copies), ops_loss.cu (softmax, cross-entropy) and
@@ -142,6 +143,10 @@ void set_precision(const std::string& precision) {
     throw std::runtime_error("CUDA backend: unknown precision \"" + precision + "\"");
   }
   g.bf16 = precision == "bf16";
+}
+
+bool bf16_products() {
+  return g.bf16;
 }
 
 void* stream() {

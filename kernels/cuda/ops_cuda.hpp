@@ -60,6 +60,8 @@ void restart_marks();
 // Floats the att buffer of attention_forward needs at the current precision: B*NH*T*T, or,
 // where the flash kernels take the shape, what they keep (row statistics and bf16 copies).
 std::size_t attention_floats(int B, int T, int C, int NH);
+// precision bf16: every product and attention call converts its fp32 inputs to bf16 (Backend)
+bool bf16_products();
 
 // ---- the ops of kernels/ops.hpp on device memory ---------------------------------------------
 using pt::ops::AdamWSegment;

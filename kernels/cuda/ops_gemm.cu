@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include "cuda/cuda_common.cuh"
@@ -309,6 +311,57 @@ void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, co
   if (dbias != nullptr) {
     column_sum(dbias, dout, N, OC);
     launched("matmul_backward bias");
+  }
+}
+
+// The products above with their activation operand packed in bf16: the same cuBLAS calls on it as
+// it is, where matmul_forward and matmul_backward convert a copy (the same bits when the fp32
+// operand held the packed values widened). Precision bf16 only: the model calls them where
+// bf16_products() holds.
+namespace {
+
+const bf16* packed_operand(const std::uint16_t* inp, const char* what) {
+  if (!g.bf16) throw std::logic_error(std::string(what) + ": needs precision bf16");
+  return reinterpret_cast<const bf16*>(inp);
+}
+
+} // namespace
+
+void matmul_forward_packed(float* out, const std::uint16_t* inp, const float* w, const float* bias,
+                           int N, int C, int OC) {
+  ready();
+  if (N == 0 || OC == 0) return;
+  const char* what = "matmul_forward_packed";
+  const bf16* a = packed_operand(inp, what);
+  const bf16* b = as_bf16(g.op_b, w, static_cast<std::size_t>(OC), C, C, what);
+  if (bias != nullptr && lt_bias_product(out, a, b, bias, N, C, OC)) return;
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    broadcast_rows(out, bias, N, OC);
+    launched("matmul_forward_packed bias");
+    beta = 1.0f;
+  }
+  gemm_typed(false, true, N, OC, C, 1.0f, {a, CUDA_R_16BF, C}, 0, {b, CUDA_R_16BF, C}, 0, beta, out,
+             CUDA_R_32F, OC, 0, 1, CUBLAS_COMPUTE_32F, what);
+}
+
+void matmul_backward_packed(float* dinp, float* dw, float* dbias, const float* dout,
+                            const std::uint16_t* inp, const float* w, int N, int C, int OC) {
+  ready();
+  if (N == 0 || C == 0 || OC == 0) return;
+  const char* what = "matmul_backward_packed";
+  const bf16* in16 = packed_operand(inp, what);
+  const bf16* d16 = as_bf16(g.op_a, dout, static_cast<std::size_t>(N), OC, OC, what);
+  if (dinp != nullptr) {
+    const bf16* w16 = as_bf16(g.op_b, w, static_cast<std::size_t>(OC), C, C, what);
+    gemm_typed(false, false, N, C, OC, 1.0f, {d16, CUDA_R_16BF, OC}, 0, {w16, CUDA_R_16BF, C}, 0,
+               0.0f, dinp, CUDA_R_32F, C, 0, 1, CUBLAS_COMPUTE_32F, what);
+  }
+  gemm_typed(true, false, OC, C, N, 1.0f, {d16, CUDA_R_16BF, OC}, 0, {in16, CUDA_R_16BF, C}, 0,
+             1.0f, dw, CUDA_R_32F, C, 0, 1, CUBLAS_COMPUTE_32F, what);
+  if (dbias != nullptr) {
+    column_sum(dbias, dout, N, OC);
+    launched("matmul_backward_packed bias");
   }
 }
 

@@ -55,6 +55,7 @@ const Backend& host_backend() {
                              .seconds = nullptr,
                              .attention_floats = attention_floats,
                              .attention_scratch = ops::attention_scratch_floats,
+                             .bf16_products = nullptr, // fp32 products: rounds are kept
 #define PT_HOST_OP(op) .op = ops::op,
                              PT_BACKEND_OPS(PT_HOST_OP)
 #undef PT_HOST_OP

@@ -185,6 +185,22 @@ void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, co
   matmul_backward_weight(dw, dbias, dout, inp, N, C, OC);
 }
 
+// The host's products are fp32: the packed operand widened into a buffer of the call's own.
+void matmul_forward_packed(float* out, const std::uint16_t* inp, const float* w, const float* bias,
+                           int N, int C, int OC) {
+  std::vector<float> x(static_cast<std::size_t>(N) * C);
+  unpack_bf16(x.data(), inp, x.size());
+  matmul_forward(out, x.data(), w, bias, N, C, OC);
+}
+
+void matmul_backward_packed(float* dinp, float* dw, float* dbias, const float* dout,
+                            const std::uint16_t* inp, const float* w, int N, int C, int OC) {
+  std::vector<float> x(static_cast<std::size_t>(N) * C);
+  unpack_bf16(x.data(), inp, x.size());
+  if (dinp != nullptr) matmul_backward_input(dinp, dout, w, N, C, OC);
+  matmul_backward_weight(dw, dbias, dout, x.data(), N, C, OC);
+}
+
 // ---- attention ------------------------------------------------------------------------------
 
 namespace {

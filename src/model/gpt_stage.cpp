@@ -48,6 +48,8 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
   }
   if (format_ == ActFormat::bf16) x_work_ = FloatBuffer(static_cast<std::size_t>(R_) * C_, mem_);
   att16_ = shapes().att16;
+  packed_products_ = format_ == ActFormat::bf16 && be_.bf16_products != nullptr &&
+                     be_.bf16_products() && !sp_ && recompute_ != Recompute::full;
   if (spec_.last && tied(model_)) {
     head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_, mem_);
   }
@@ -68,6 +70,10 @@ void GptStage::copy_floats(float* dst, const float* src, std::size_t n) const {
 
 void GptStage::stored(float* x, std::size_t n) const {
   if (format_ == ActFormat::bf16) be_.round_bf16(x, n);
+}
+
+void GptStage::product_input(float* x, std::size_t n) const {
+  if (be_.bf16_products == nullptr || !be_.bf16_products()) stored(x, n);
 }
 
 void GptStage::layer_done(int layer) const {
@@ -220,24 +226,36 @@ BlockView GptStage::view(BlockActivations& kept, bool last) {
           : kept.att.size() > 0                   ? kept.att.data()
                                                   : nullptr;
   v.out = at(kept.out, work_.out, bf16 && !last);
+  if (packed_products_) {
+    const auto packed = [](FloatBuffer& b) { return reinterpret_cast<std::uint16_t*>(b.data()); };
+    v.ln1_16 = packed(kept.ln1);
+    v.atty16 = packed(kept.atty);
+    v.ln2_16 = packed(kept.ln2);
+    v.fch_gelu16 = packed(kept.fch_gelu);
+  }
   return v;
 }
 
 namespace {
 
-// f(kept buffer, working copy's buffer) for each tensor the bf16 format keeps packed
-// (att16: the attention probabilities, where they are kept)
+// f(kept buffer, working copy's buffer) for each tensor the bf16 format keeps packed and the
+// forward has not packed already (early: the products' inputs, with packed products; out: the
+// block's output; att16: the attention probabilities, where they are kept)
 template <class Fn>
-void packed_tensors(BlockActivations& kept, BlockActivations& work, Recompute rc, bool last,
-                    bool att16, Fn&& f) {
+void packed_tensors(BlockActivations& kept, BlockActivations& work, Recompute rc, bool early,
+                    bool out, bool att16, Fn&& f) {
   if (rc != Recompute::full) {
-    for (auto m : {&BlockActivations::ln1, &BlockActivations::qkv, &BlockActivations::atty,
-                   &BlockActivations::ln2, &BlockActivations::fch, &BlockActivations::fch_gelu}) {
-      f(kept.*m, work.*m);
+    f(kept.qkv, work.qkv);
+    f(kept.fch, work.fch);
+    if (!early) {
+      for (auto m : {&BlockActivations::ln1, &BlockActivations::atty, &BlockActivations::ln2,
+                     &BlockActivations::fch_gelu}) {
+        f(kept.*m, work.*m);
+      }
     }
   }
   if (att16 && kept.att.size() > 0) f(kept.att, work.att);
-  if (!last) f(kept.out, work.out);
+  if (out) f(kept.out, work.out);
 }
 
 std::uint16_t* as_bf16(FloatBuffer& b) {
@@ -248,16 +266,16 @@ std::uint16_t* as_bf16(FloatBuffer& b) {
 
 void GptStage::pack(BlockActivations& kept, bool last) {
   if (format_ != ActFormat::bf16) return;
-  packed_tensors(kept, work_, recompute_, last, att16_, [&](FloatBuffer& k, FloatBuffer& w) {
-    be_.pack_bf16(as_bf16(k), w.data(), w.size());
-  });
+  packed_tensors(
+      kept, work_, recompute_, packed_products_, !last, att16_,
+      [&](FloatBuffer& k, FloatBuffer& w) { be_.pack_bf16(as_bf16(k), w.data(), w.size()); });
 }
 
-void GptStage::unpack(BlockActivations& kept, bool last) {
+void GptStage::unpack(BlockActivations& kept) {
   if (format_ != ActFormat::bf16) return;
-  packed_tensors(kept, work_, recompute_, last, att16_, [&](FloatBuffer& k, FloatBuffer& w) {
-    be_.unpack_bf16(w.data(), as_bf16(k), w.size());
-  });
+  packed_tensors(
+      kept, work_, recompute_, packed_products_, false, att16_,
+      [&](FloatBuffer& k, FloatBuffer& w) { be_.unpack_bf16(w.data(), as_bf16(k), w.size()); });
 }
 
 StageActivations GptStage::make_activations() const {
@@ -291,32 +309,34 @@ void GptStage::block_forward(int i, const float* x, const BlockView& a) {
   // reduce-scatter) adds the rest; norms and residual on this rank's R rows
   const bool bias_here = tp_.rank == 0;
   norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b);
-  stored(a.ln1, RC);
-  be_.matmul_forward(a.qkv, whole_rows(a.ln1), w.qkv_w, w.qkv_b, N, C, QKV_);
+  product_input(a.ln1, RC);
+  linear_forward(a.qkv, whole_rows(a.ln1), a.ln1_16, w.qkv_w, w.qkv_b, C, QKV_);
   position_qkv(a.qkv);
-  stored(a.qkv, static_cast<std::size_t>(N) * QKV_);
+  product_input(a.qkv, static_cast<std::size_t>(N) * QKV_);
   float* att = a.att != nullptr ? a.att : att_work_.data(); // selective: not kept
   be_.attention_forward(a.atty, att, attention_qkv(a.qkv), B_, T_, Ct, NH_);
-  stored(a.atty, static_cast<std::size_t>(N) * Ct);
+  product_input(a.atty, static_cast<std::size_t>(N) * Ct);
   if (att16_) stored(att, work_.att.size()); // the probabilities the backward reads
-  be_.matmul_forward(partial_for(a.res2), a.atty, w.proj_w, bias_here ? w.proj_b : nullptr, N, Ct,
-                     C);
+  linear_forward(partial_for(a.res2), a.atty, a.atty16, w.proj_w, bias_here ? w.proj_b : nullptr,
+                 Ct, C);
   reduce_partial(a.res2);
   stored(a.res2, RC); // the attention branch's output; the residual sum below stays fp32
   be_.accumulate(a.res2, x, RC);
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b);
-  stored(a.ln2, RC);
-  be_.matmul_forward(a.fch, whole_rows(a.ln2), w.fc_w, w.fc_b, N, C, FI_);
+  product_input(a.ln2, RC);
+  linear_forward(a.fch, whole_rows(a.ln2), a.ln2_16, w.fc_w, w.fc_b, C, FI_);
   stored(a.fch, static_cast<std::size_t>(N) * FI_);
   mlp_activation(a.fch_gelu, a.fch);
-  stored(a.fch_gelu, static_cast<std::size_t>(N) * F);
-  be_.matmul_forward(partial_for(a.out), a.fch_gelu, w.fcp_w, bias_here ? w.fcp_b : nullptr, N, F,
-                     C);
+  product_input(a.fch_gelu, static_cast<std::size_t>(N) * F);
+  linear_forward(partial_for(a.out), a.fch_gelu, a.fch_gelu16, w.fcp_w,
+                 bias_here ? w.fcp_b : nullptr, F, C);
   reduce_partial(a.out);
   stored(a.out, RC); // the MLP branch's output
   be_.accumulate(a.out, a.res2, RC);
-  stored(a.out,
-         RC); // the block's output: between blocks (and stages) the residual stream is stored
+  // the block's output, stored between blocks (and stages); packing rounds it where it is kept
+  // packed (every block's but the stage's last)
+  if (a.out == work_.out.data() && format_ == ActFormat::bf16) return;
+  stored(a.out, RC);
 }
 
 float GptStage::forward(StageActivations& a, float loss_scale) {
@@ -378,14 +398,26 @@ BlockView GptStage::for_backward(int i, const float* x, BlockActivations& kept, 
     v.out = work_.out.data(); // the kept output may still be in a pipeline send
     block_forward(i, x, v);   // the same ops on the same input: the same bits
   } else {
-    unpack(kept, last);
+    unpack(kept);
   }
   return v;
 }
 
+void GptStage::linear_forward(float* out, const float* x, std::uint16_t* x16, const float* w,
+                              const float* b, int n_in, int n_out) const {
+  if (x16 == nullptr) return be_.matmul_forward(out, x, w, b, N_, n_in, n_out);
+  be_.pack_bf16(x16, x, static_cast<std::size_t>(N_) * n_in);
+  be_.matmul_forward_packed(out, x16, w, b, N_, n_in, n_out);
+}
+
 void GptStage::linear_backward(float* dinp, const float* dout, const float* w, int n_in, int n_out,
-                               float* dw, float* dbias, const float* inp) const {
-  if (dw != nullptr) {
+                               float* dw, float* dbias, const float* inp,
+                               const std::uint16_t* inp16) const {
+  if (dw != nullptr && inp16 != nullptr) {
+    be_.matmul_backward_packed(dinp, dw, dbias, dout, inp16, w, N_, n_in, n_out);
+  } else if (dinp == nullptr) {
+    be_.matmul_backward_weight(dw, dbias, dout, inp, N_, n_in, n_out);
+  } else if (dw != nullptr) {
     be_.matmul_backward(dinp, dw, dbias, dout, inp, w, N_, n_in, n_out);
   } else {
     be_.matmul_backward_input(dinp, dout, w, N_, n_in, n_out);
@@ -404,13 +436,13 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
   // whole rows of the output gradient, gathered)
   const float* g_dout = gather_into(s.g_dout, dout);
   linear_backward(d_fch_gelu_.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
-                  a.fch_gelu);
+                  a.fch_gelu, a.fch_gelu16);
   stored(d_fch_gelu_);
   mlp_activation_backward(s.d_fch.data(), a.fch, d_fch_gelu_.data());
-  stored(s.d_fch);
+  product_input(s.d_fch.data(), s.d_fch.size());
   // column-parallel fc: sum the input gradient's shares
   linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, FI_,
-                  wg ? g.fc_w : nullptr, g.fc_b, wg ? whole_rows(a.ln2) : nullptr);
+                  wg ? g.fc_w : nullptr, g.fc_b, wg ? whole_rows(a.ln2) : nullptr, a.ln2_16);
   reduce_partial(s.d_ln2.data());
   stored(s.d_ln2);
   copy_floats(s.d_res2.data(), dout, RC); // residual path
@@ -423,15 +455,15 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
     if (att16_) stored(att, work_.att.size()); // as the forward stored them
   }
   linear_backward(d_atty_.data(), gather_into(s.g_res2, s.d_res2.data()), w.proj_w, Ct, C,
-                  wg ? g.proj_w : nullptr, g.proj_b, a.atty);
+                  wg ? g.proj_w : nullptr, g.proj_b, a.atty, a.atty16);
   stored(d_atty_);
   be_.attention_backward(attention_dqkv(s.d_qkv.data()), att_scratch_.data(), d_atty_.data(), qkv,
                          att, B_, T_, Ct, NH_);
   finish_dqkv(s.d_qkv.data());
-  stored(s.d_qkv);
+  product_input(s.d_qkv.data(), s.d_qkv.size());
   // column-parallel qkv
   linear_backward(partial_for(s.d_ln1.data()), s.d_qkv.data(), w.qkv_w, C, QKV_,
-                  wg ? g.qkv_w : nullptr, g.qkv_b, wg ? whole_rows(a.ln1) : nullptr);
+                  wg ? g.qkv_w : nullptr, g.qkv_b, wg ? whole_rows(a.ln1) : nullptr, a.ln1_16);
   reduce_partial(s.d_ln1.data());
   stored(s.d_ln1);
   copy_floats(s.dx.data(), s.d_res2.data(), RC); // residual path
@@ -442,16 +474,18 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
 void GptStage::block_backward_weight(int i, const float* x, const BlockView& a, const BlockStash& s,
                                      bool linears) {
   const BlockTensors g = block(grads_.data(), spec_.layer_begin + i);
-  const int N = N_, C = C_, Ct = Ct_, F = F_;
+  const int C = C_, Ct = Ct_, F = F_;
   // with sp: the gathered output gradients; the norms' inputs gathered again (not kept); the
   // norms' gradients from this rank's rows (sum_sequence_parallel_grads adds the rest)
-  if (linears) {
-    be_.matmul_backward_weight(g.fcp_w, g.fcp_b, sp_ ? s.g_dout.data() : s.dout, a.fch_gelu, N, F,
-                               C);
-    be_.matmul_backward_weight(g.fc_w, g.fc_b, s.d_fch.data(), whole_rows(a.ln2), N, C, FI_);
-    be_.matmul_backward_weight(g.proj_w, g.proj_b, sp_ ? s.g_res2.data() : s.d_res2.data(), a.atty,
-                               N, Ct, C);
-    be_.matmul_backward_weight(g.qkv_w, g.qkv_b, s.d_qkv.data(), whole_rows(a.ln1), N, C, QKV_);
+  if (linears) { // the weight gradients alone: no weights, no input gradient
+    linear_backward(nullptr, sp_ ? s.g_dout.data() : s.dout, nullptr, F, C, g.fcp_w, g.fcp_b,
+                    a.fch_gelu, a.fch_gelu16);
+    linear_backward(nullptr, s.d_fch.data(), nullptr, C, FI_, g.fc_w, g.fc_b, whole_rows(a.ln2),
+                    a.ln2_16);
+    linear_backward(nullptr, sp_ ? s.g_res2.data() : s.d_res2.data(), nullptr, Ct, C, g.proj_w,
+                    g.proj_b, a.atty, a.atty16);
+    linear_backward(nullptr, s.d_qkv.data(), nullptr, C, QKV_, g.qkv_w, g.qkv_b, whole_rows(a.ln1),
+                    a.ln1_16);
   }
   norm_backward_weight(g.ln2_w, g.ln2_b, s.d_ln2.data(), a.res2, a.ln2_mean, a.ln2_rstd);
   norm_backward_weight(g.ln1_w, g.ln1_b, s.d_ln1.data(), x, a.ln1_mean, a.ln1_rstd);

@@ -159,14 +159,22 @@ private:
   // Where block i's activations are while it runs (full recompute, bf16: the working copy's
   // buffers for what is not kept or kept packed); last: the stage's last block.
   BlockView view(BlockActivations& kept, bool last);
-  // bf16: the working copy's stored tensors into the kept ones, packed; and back, widened.
+  // bf16: the working copy's stored tensors into the kept ones, packed; and back, widened (all
+  // but the block's output, which no backward reads: the next block reads it as its input).
   void pack(BlockActivations& kept, bool last);
-  void unpack(BlockActivations& kept, bool last);
+  void unpack(BlockActivations& kept);
   BlockView for_backward(int i, const float* x, BlockActivations& kept, bool last);
   // A Linear's input gradient (w: its weight, n_in -> n_out features); with dw set, its weight
   // and bias gradients from the same dout and its input inp too, in one call.
+  // inp16: inp's packed copy, which the product then reads instead (BlockView); dinp null: the
+  // weight gradients alone.
   void linear_backward(float* dinp, const float* dout, const float* w, int n_in, int n_out,
-                       float* dw, float* dbias, const float* inp) const;
+                       float* dw, float* dbias, const float* inp,
+                       const std::uint16_t* inp16 = nullptr) const;
+  // out (N, n_out) = x @ w^T + b for a product input x (N, n_in): with x16 set, x packed into
+  // it first and the product reading that (packed_products_), else x as stored.
+  void linear_forward(float* out, const float* x, std::uint16_t* x16, const float* w,
+                      const float* b, int n_in, int n_out) const;
   // The input gradients of block i (with_weights: its Linears' weight gradients too, from the
   // same products: the fused backward, which then calls block_backward_weight for the norms)
   void block_backward_input(int i, const float* x, const BlockView& a, const float* dout,
@@ -213,6 +221,9 @@ private:
   // x (n) as the activation format stores it: rounded to bfloat16 at bf16, untouched at fp32
   void stored(float* x, std::size_t n) const;
   void stored(FloatBuffer& x) const { stored(x.data(), x.size()); }
+  // stored() for a tensor whose only readers are products and attention (and the packing, which
+  // rounds): skipped where the backend's products round their inputs themselves (bf16_products)
+  void product_input(float* x, std::size_t n) const;
 
   ModelConfig model_;
   StageSpec spec_;
@@ -237,6 +248,10 @@ private:
   FloatBuffer att_scratch_;                 // (T,T) per host thread (Backend::attention_scratch)
   mutable FloatBuffer gath_, part_;         // (N,C) sequence parallel: gathered rows, partial sums
   Recompute recompute_;
+  // bf16 on a backend whose products convert their inputs (bf16_products), no sequence
+  // parallelism, activations kept: the four product inputs are packed as they are made and the
+  // products read them packed, in the forward and in the backward (none is widened again)
+  bool packed_products_ = false;
   ActFormat format_;
   bool att16_ = false;         // bf16 and att holds the probabilities: they are stored in bf16 too
   FloatBuffer att_work_;       // (B,NH,T,T) selective: the probabilities of the block at hand
