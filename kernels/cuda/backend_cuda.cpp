@@ -18,9 +18,10 @@ std::size_t attention_scratch(int /*B*/, int T, int /*NH*/) {
 
 } // namespace
 
-const Backend& start(int device, const std::string& precision) {
+const Backend& start(int device, const std::string& precision, const std::string& attention) {
   cuda_ops::init(device);
   cuda_ops::set_precision(precision);
+  cuda_ops::set_attention(attention);
   static const Backend table{.name = "cuda",
                              .alloc = cuda_ops::alloc_zeroed,
                              .release = cuda_ops::release,

@@ -57,6 +57,9 @@ struct LtPlan {
 };
 constexpr std::size_t kLtWorkspace = std::size_t{32} << 20;
 
+// device.attention: which kernels attention_forward/backward run at precision bf16
+enum class AttentionPath { automatic, cudnn, flash, gemm };
+
 struct Backend {
   int device = -1;
   cudaStream_t stream = nullptr;
@@ -66,6 +69,7 @@ struct Backend {
   Scratch qkv16, dout16, ds16; // attention in bf16: its inputs and dS of one sequence
   Scratch sums;                // sum_squares_each's results
   Scratch rowdot;              // flash attention backward: sum_d dout * out per row, B*NH*T
+  Scratch dqkv16;              // cuDNN attention backward: dq, dk, dv in bf16, B*T*3C
   cublasLtHandle_t lt = nullptr;
   void* lt_workspace = nullptr;
   void* blas_workspace = nullptr; // cuBLAS's, given at start so that it never allocates one
@@ -78,6 +82,7 @@ struct Backend {
   std::size_t marks_used = 0;
   // matrix products: fp32 inputs and outputs; tensor cores with TF32-rounded inputs when asked
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  AttentionPath attention = AttentionPath::automatic;
   bool bf16 = false; // precision "bf16": operands converted to bf16 (see the top of ops_cuda.cu)
 };
 // The one instance, defined in ops_cuda.cu (init() fills it, finalize() empties it).

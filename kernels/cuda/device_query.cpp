@@ -17,7 +17,7 @@ int device_count(std::string& why) {
   why = kNotCompiled;
   return 0;
 }
-const Backend& start(int, const std::string&) {
+const Backend& start(int, const std::string&, const std::string&) {
   throw std::runtime_error(kNotCompiled);
 }
 double device_memory_bytes(int) {

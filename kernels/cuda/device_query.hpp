@@ -14,9 +14,11 @@ bool compiled();
 int device_count(std::string& why);
 
 // Selects `device` for this process, sets the precision of its matrix products
-// (fp32 | tf32 | bf16, see cuda_ops::set_precision) and returns the CUDA backend's table.
-// Throws std::runtime_error when CUDA is not compiled in or the device cannot be used.
-const Backend& start(int device, const std::string& precision);
+// (fp32 | tf32 | bf16, see cuda_ops::set_precision) and its attention kernels (device.attention,
+// cuda_ops::set_attention) and returns the CUDA backend's table. Throws std::runtime_error when
+// CUDA is not compiled in, the device cannot be used or the attention asked for is not built.
+const Backend& start(int device, const std::string& precision,
+                     const std::string& attention = "auto");
 // Bytes of memory on GPU `device`; 0 when there is none (or CUDA is not compiled in).
 double device_memory_bytes(int device);
 // FLOP/s of a large matrix product at the started backend's precision (the MFU denominator).

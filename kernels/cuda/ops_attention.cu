@@ -1,12 +1,17 @@
-// Causal self-attention (attention_forward, attention_backward): the flash kernels
-// (flash_attention.hpp) where they take the shape at precision bf16, else per sequence two
-// batched cuBLAS products over its heads around a causal softmax kernel.
+// Causal self-attention (attention_forward, attention_backward) at precision bf16 by
+// device.attention: cuDNN's fused attention (attention_cudnn.hpp), the flash kernels
+// (flash_attention.hpp), or per sequence two batched cuBLAS products over its heads around a
+// causal softmax kernel (always at fp32 and tf32); "auto": flash where it takes the shape.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 
+#include "cuda/attention_cudnn.hpp"
 #include "cuda/cuda_common.cuh"
 #include "cuda/flash_attention.hpp"
 #include "cuda/ops_cuda.hpp"
@@ -64,14 +69,85 @@ template <class E> __global__ void causal_softmax_backward_k(E* ds, const E* att
   }
 }
 
+enum class Path { gemm, flash, cudnn };
+
+// The kernels attention runs for this shape (device.attention, set_attention).
+Path path(int B, int T, int C, int NH) {
+  if (!g.bf16) return Path::gemm;
+  const bool flash_takes = flash::takes(B, T, C, NH);
+  switch (g.attention) {
+  case AttentionPath::cudnn:
+    return Path::cudnn;
+  case AttentionPath::flash:
+    if (!flash_takes) {
+      throw std::runtime_error("device.attention = \"flash\": the flash kernels take head sizes "
+                               "32 and 64 on a GPU of compute capability 8.0 or later, not head "
+                               "size " +
+                               std::to_string(C / NH) + " here; use \"auto\"");
+    }
+    return Path::flash;
+  case AttentionPath::gemm:
+    return Path::gemm;
+  case AttentionPath::automatic:
+    break;
+  }
+  return flash_takes ? Path::flash : Path::gemm;
+}
+
+// What the cuDNN path keeps in att for the backward, 256-byte aligned one after the other: each
+// score row's log-sum-exp (B*NH*T floats), the output in bf16 (B*T*C) and qkv in bf16 (B*T*3C).
+struct CudnnKept {
+  std::size_t stats = 0, o16 = 0, qkv16 = 0, end = 0;
+  CudnnKept(int B, int T, int C, int NH) {
+    const auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
+    const std::size_t rows = static_cast<std::size_t>(B) * T;
+    o16 = up(sizeof(float) * rows * NH);
+    qkv16 = o16 + up(sizeof(bf16) * rows * C);
+    end = qkv16 + sizeof(bf16) * rows * 3 * C;
+  }
+};
+
+template <class E> E* at_byte(float* att, std::size_t offset) {
+  return reinterpret_cast<E*>(reinterpret_cast<char*>(att) + offset);
+}
+template <class E> const E* at_byte(const float* att, std::size_t offset) {
+  return reinterpret_cast<const E*>(reinterpret_cast<const char*>(att) + offset);
+}
+
+void cudnn_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  const CudnnKept k(B, T, C, NH);
+  const std::size_t rows = static_cast<std::size_t>(B) * T;
+  bf16* qkv16 = at_byte<bf16>(att, k.qkv16);
+  to_bf16(qkv16, qkv, rows, 3 * C, 3 * C, "attention_forward");
+  bf16* o16 = at_byte<bf16>(att, k.o16);
+  cudnn_attention::forward(o16, at_byte<float>(att, k.stats), qkv16, B, T, C, NH, g.stream);
+  unpack_bf16(out, reinterpret_cast<const std::uint16_t*>(o16), rows * C); // exact
+}
+
+void cudnn_backward(float* dqkv, const float* dout, const float* att, int B, int T, int C, int NH) {
+  const CudnnKept k(B, T, C, NH);
+  const std::size_t rows = static_cast<std::size_t>(B) * T;
+  const bf16* dout16 = as_bf16(g.dout16, dout, rows, C, C, "attention_backward");
+  bf16* d16 = grown<bf16>(g.dqkv16, rows * 3 * C, "attention_backward dqkv");
+  cudnn_attention::backward(d16, at_byte<bf16>(att, k.qkv16), at_byte<bf16>(att, k.o16), dout16,
+                            at_byte<float>(att, k.stats), B, T, C, NH, g.stream);
+  unpack_bf16(dqkv, reinterpret_cast<const std::uint16_t*>(d16), rows * 3 * C);
+}
+
 } // namespace
 
 std::size_t attention_floats(int B, int T, int C, int NH) {
   ready();
-  if (g.bf16 && flash::takes(B, T, C, NH)) {
-    return (flash::kept_bytes(B, T, C, NH) + sizeof(float) - 1) / sizeof(float);
-  }
+  const auto floats = [](std::size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); };
   const std::size_t probs = static_cast<std::size_t>(B) * NH * T * T;
+  switch (path(B, T, C, NH)) {
+  case Path::cudnn:
+    return floats(CudnnKept(B, T, C, NH).end);
+  case Path::flash:
+    return floats(flash::kept_bytes(B, T, C, NH));
+  case Path::gemm:
+    break;
+  }
   return g.bf16 ? (probs + 1) / 2 : probs; // bf16: P kept in bf16, two to a float
 }
 
@@ -84,7 +160,9 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   // bf16: q, k, v converted once; P stored in bf16 in the att buffer
   const std::size_t es = g.bf16 ? sizeof(bf16) : sizeof(float);
   const cudaDataType_t ptype = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  if (g.bf16 && flash::takes(B, T, C, NH)) { // att keeps row statistics (and qkv), not P
+  const Path route = path(B, T, C, NH);
+  if (route == Path::cudnn) return cudnn_forward(out, att, qkv, B, T, C, NH);
+  if (route == Path::flash) { // att keeps row statistics (and qkv), not P
     bf16* qkv16 = flash::qkv_copy(att, B, T, C, NH);
     if (qkv16 == nullptr)
       qkv16 = grown<bf16>(g.qkv16, std::size_t(B) * T * C3, "attention_forward");
@@ -129,7 +207,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   const long long TT = static_cast<long long>(T) * T;
   const std::size_t es = g.bf16 ? sizeof(bf16) : sizeof(float);
   // dP, then dS in place over it: fp32, or bf16 (as cuBLAS writes it at precision bf16)
-  if (g.bf16 && flash::takes(B, T, C, NH)) { // att holds what flash::forward kept (its qkv too)
+  const Path route = path(B, T, C, NH);
+  if (route == Path::cudnn) return cudnn_backward(dqkv, dout, att, B, T, C, NH);
+  if (route == Path::flash) { // att holds what flash::forward kept (its qkv too)
     const bf16* dout16 =
         as_bf16(g.dout16, dout, static_cast<std::size_t>(B) * T, C, C, "attention_backward");
     const bf16* qkv16 = flash::qkv_copy(att, B, T, C, NH);

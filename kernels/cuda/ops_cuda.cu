@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda/attention_cudnn.hpp"
 #include "cuda/cuda_common.cuh"
 #include "cuda/ops_cuda.hpp"
 
@@ -87,11 +88,12 @@ void finalize() {
   if (g.stream == nullptr) return;
   cudaStreamSynchronize(g.stream);
   for (Scratch* x : {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias, &g.sums,
-                     &g.rowdot, &g.adam_chunks.dev, &g.norm_chunks.dev}) {
+                     &g.rowdot, &g.dqkv16, &g.adam_chunks.dev, &g.norm_chunks.dev}) {
     free_scratch(*x);
   }
   cudaStreamSynchronize(g.stream);
   for (auto& [key, plan] : g.lt_plans) destroy_plan(plan);
+  cudnn_attention::finalize();
   for (cudaEvent_t e : g.marks) cudaEventDestroy(e);
   cudaFree(g.lt_workspace);
   cublasLtDestroy(g.lt);
@@ -143,6 +145,27 @@ void set_precision(const std::string& precision) {
     throw std::runtime_error("CUDA backend: unknown precision \"" + precision + "\"");
   }
   g.bf16 = precision == "bf16";
+}
+
+void set_attention(const std::string& kind) {
+  ready();
+  if (kind == "auto") {
+    g.attention = AttentionPath::automatic;
+  } else if (kind == "cudnn") {
+    if (!cudnn_attention::compiled()) {
+      throw std::runtime_error(
+          "device.attention = \"cudnn\": this build has no cuDNN attention (cuDNN 9 and the "
+          "cudnn-frontend headers were not both found when it was configured: "
+          "tools/setup-cudnn-frontend, docs/cuda.md); use \"auto\"");
+    }
+    g.attention = AttentionPath::cudnn;
+  } else if (kind == "flash") {
+    g.attention = AttentionPath::flash;
+  } else if (kind == "gemm") {
+    g.attention = AttentionPath::gemm;
+  } else {
+    throw std::runtime_error("CUDA backend: unknown attention \"" + kind + "\"");
+  }
 }
 
 bool bf16_products() {

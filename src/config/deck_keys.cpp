@@ -445,6 +445,13 @@ std::vector<DeckKey> make_table() {
              {"fp32; bf16: activations, their gradients and pipeline messages stored in bfloat16, "
               "weights, gradients and optimizer state fp32 (docs/precision.md; on CUDA the "
               "products' inputs in bf16 too); tf32: CUDA only, products on tensor cores"}),
+      choice("device", "attention", &RC::device, &V::attention,
+             {AttentionKind::automatic, AttentionKind::cudnn, AttentionKind::flash,
+              AttentionKind::gemm},
+             {"device.kind = \"cuda\" at precision bf16: cudnn (cuDNN's fused attention), flash "
+              "(pipetrain's kernels, head sizes 32 and 64), gemm (cuBLAS products around a "
+              "softmax); auto: flash where it takes the head size, else gemm (docs/cuda.md)",
+              "auto, flash, gemm yes; cudnn compiled, not yet run on a GPU"}),
       integer("device", "threads", &RC::device, &V::threads, 0, 1024,
               {"host threads per rank (Kokkos and the products alike; results are the same at "
                "any count); 0: OMP_NUM_THREADS if set, else the cores of the rank's affinity "

@@ -9,9 +9,10 @@
 
 namespace pt {
 
-enum class Arch { gpt2, llama };           // model.arch (docs/models.md)
-enum class DeviceKind { host, cuda };      // device.kind
-enum class Precision { fp32, tf32, bf16 }; // device.precision
+enum class Arch { gpt2, llama };                            // model.arch (docs/models.md)
+enum class DeviceKind { host, cuda };                       // device.kind
+enum class Precision { fp32, tf32, bf16 };                  // device.precision
+enum class AttentionKind { automatic, cudnn, flash, gemm }; // device.attention
 // How a stage stores its activations and their gradients (docs/precision.md): fp32, or bf16
 // (every stored value rounded to bfloat16), from device.precision on either backend
 enum class ActFormat { fp32, bf16 };
@@ -65,6 +66,20 @@ constexpr const char* name(Precision p) {
     return "tf32";
   case Precision::bf16:
     return "bf16";
+  }
+  return "?";
+}
+
+constexpr const char* name(AttentionKind a) {
+  switch (a) {
+  case AttentionKind::automatic:
+    return "auto";
+  case AttentionKind::cudnn:
+    return "cudnn";
+  case AttentionKind::flash:
+    return "flash";
+  case AttentionKind::gemm:
+    return "gemm";
   }
   return "?";
 }

@@ -100,6 +100,21 @@ void check_comm_device(const RunConfig& c, const Rules& r) {
            "= \"nccl\" needs device.kind = \"cuda\": NCCL moves GPU memory between stages, and "
            "the host backend's stages talk MPI; remove the key or use device.kind=\"cuda\"");
   }
+  const bool kernels =
+      c.device.attention == AttentionKind::cudnn || c.device.attention == AttentionKind::flash;
+  if (kernels && (c.device.kind != DeviceKind::cuda || c.device.precision != Precision::bf16)) {
+    r.fail("device", "attention",
+           "= \"" + std::string(name(c.device.attention)) +
+               "\" needs device.kind = \"cuda\" and device.precision = \"bf16\": those kernels "
+               "read bf16 on a GPU; remove the key or use \"auto\"");
+  }
+  const int head = c.model.n_head > 0 ? head_dim(c.model) : 0;
+  if (c.device.attention == AttentionKind::flash && head != 32 && head != 64) {
+    r.fail("device", "attention",
+           "= \"flash\": the flash kernels take head sizes 32 and 64, and model.d_model / "
+           "model.n_head is " +
+               std::to_string(head) + "; use \"auto\" or \"cudnn\"");
+  }
   if (c.device.kind == DeviceKind::host && c.device.precision == Precision::tf32) {
     r.fail("device", "precision",
            "= \"tf32\" needs device.kind = \"cuda\": tf32 is a tensor-core input format; on the "

@@ -70,7 +70,7 @@ const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
                       "); use device.kind=\"host\"");
   } else {
     try {
-      be = &cuda::start(local % n, name(d.precision));
+      be = &cuda::start(local % n, name(d.precision), name(d.attention));
     } catch (const std::exception& e) {
       err = input_error("device.kind = \"cuda\": GPU " + std::to_string(local % n) +
                         " could not be started: " + e.what() + "; use device.kind=\"host\"");

@@ -5,11 +5,16 @@
 // Without a visible CUDA device the test prints why and exits 77, which CTest reports as
 // skipped (never as passed).
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bf16.hpp"
+#include "cuda/attention_cudnn.hpp"
 #include "cuda/device_query.hpp"
 #include "cuda/ops_cuda.hpp"
 #include "ops.hpp"
@@ -99,6 +104,121 @@ void check_linear(const std::string& tag, double tol) {
   expect_close("matmul_backward dbias" + tag, d_dbias.host(), dbias, tol);
 }
 
+// Bit for bit: the same bits at every index (a NaN any NaN).
+template <class T>
+void expect_bits(const std::string& what, const std::vector<T>& got, const std::vector<T>& want) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+    }
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) ++bad;
+  }
+  ++checks;
+  if (bad != 0) ++failures;
+  std::printf("%-4s %-40s %zu of %zu values differ in a bit\n", bad == 0 ? "ok" : "FAIL",
+              what.c_str(), bad, want.size());
+}
+
+// Values that test a rounding to bfloat16: random ones over many binades, exact ties (the 17th
+// bit set, the rest clear) of even and odd bf16 values, NaN, infinities, zeros, subnormals and
+// the largest floats (which round to infinity).
+std::vector<float> bf16_cases(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t u = gen();
+    switch (i % 8) {
+    case 0:
+      u = (u & 0xffff0000u) | 0x8000u; // a tie: bf16 even or odd by bit 16
+      break;
+    case 1:
+      u = (u & 0x807fffffu) | (static_cast<std::uint32_t>(1 + gen() % 6) << 23); // subnormal-ish
+      break;
+    default:
+      break;
+    }
+    std::memcpy(&v[i], &u, sizeof u);
+  }
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::max(),
+                            1.00390625f,  // 1 + 2^-8: a tie that rounds to even (down)
+                            1.01171875f}; // 1 + 3 * 2^-8: a tie that rounds to even (up)
+  for (std::size_t i = 0; i < std::size(specials) && i < n; ++i)
+    v[i * (n / std::size(specials))] = specials[i];
+  return v;
+}
+
+// round_bf16, pack_bf16 and unpack_bf16 bit for bit against kernels/bf16.hpp (the host's, which
+// the bf16 fixture parity ties to PyTorch), at odd sizes and at a multiple of 4.
+void check_bf16_format() {
+  for (const std::size_t n :
+       {std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{100003}}) {
+    const std::string tag = " (n=" + std::to_string(n) + ")";
+    const auto x = bf16_cases(n, 70 + static_cast<unsigned>(n % 97));
+    std::vector<float> rounded(n), widened(n);
+    std::vector<std::uint16_t> packed(n);
+    for (std::size_t i = 0; i < n; ++i) rounded[i] = pt::bf16::round(x[i]);
+    pt::bf16::pack(packed.data(), x.data(), n);
+    pt::bf16::unpack(widened.data(), packed.data(), n);
+    Dev<float> d_x(x), d_widened{std::vector<float>(n)};
+    Dev<std::uint16_t> d_packed{std::vector<std::uint16_t>(n)};
+    co::pack_bf16(d_packed.p, d_x.p, n);
+    co::unpack_bf16(d_widened.p, d_packed.p, n);
+    co::round_bf16(d_x.p, n);
+    expect_bits("round_bf16" + tag, d_x.host(), rounded);
+    expect_bits("pack_bf16" + tag, d_packed.host(), packed);
+    expect_bits("unpack_bf16" + tag, d_widened.host(), widened);
+  }
+}
+
+// At bf16 the packed products equal the fp32-operand ones on the operand's widened values, bit
+// for bit (the same cuBLAS calls), and the host's within the bf16 tolerance.
+void check_packed_linear() {
+  const auto raw = random(NC, -1, 1, 80), w = random(static_cast<std::size_t>(OC) * C, -1, 1, 81);
+  const auto bias = random(OC, -1, 1, 82),
+             dout = random(static_cast<std::size_t>(N) * OC, -1, 1, 83);
+  std::vector<std::uint16_t> inp16(NC);
+  std::vector<float> inp(NC);
+  pt::bf16::pack(inp16.data(), raw.data(), NC);
+  pt::bf16::unpack(inp.data(), inp16.data(), NC);
+  Dev<float> d_inp(inp), d_w(w), d_bias(bias), d_dout(dout);
+  Dev<std::uint16_t> d_inp16(inp16);
+  const std::vector<float> zeros_out(static_cast<std::size_t>(N) * OC);
+  Dev<float> d_out(zeros_out), d_out16(zeros_out);
+  co::matmul_forward(d_out.p, d_inp.p, d_w.p, d_bias.p, N, C, OC);
+  co::matmul_forward_packed(d_out16.p, d_inp16.p, d_w.p, d_bias.p, N, C, OC);
+  expect_bits("matmul_forward_packed (bf16)", d_out16.host(), d_out.host());
+  std::vector<float> out(zeros_out);
+  ho::matmul_forward_packed(out.data(), inp16.data(), w.data(), bias.data(), N, C, OC);
+  expect_close("matmul_forward_packed host (bf16)", d_out16.host(), out, 8.0 / 256.0);
+  const auto dw0 = random(static_cast<std::size_t>(OC) * C, -1, 1, 84), db0 = random(OC, -1, 1, 85);
+  Dev<float> d_dinp{std::vector<float>(NC)}, d_dw(dw0), d_db(db0);
+  Dev<float> d_dinp16{std::vector<float>(NC)}, d_dw16(dw0), d_db16(db0), d_dw_only(dw0),
+      d_db_only(db0);
+  co::matmul_backward(d_dinp.p, d_dw.p, d_db.p, d_dout.p, d_inp.p, d_w.p, N, C, OC);
+  co::matmul_backward_packed(d_dinp16.p, d_dw16.p, d_db16.p, d_dout.p, d_inp16.p, d_w.p, N, C, OC);
+  co::matmul_backward_packed(nullptr, d_dw_only.p, d_db_only.p, d_dout.p, d_inp16.p, nullptr, N, C,
+                             OC);
+  expect_bits("matmul_backward_packed dinp (bf16)", d_dinp16.host(), d_dinp.host());
+  expect_bits("matmul_backward_packed dw (bf16)", d_dw16.host(), d_dw.host());
+  expect_bits("matmul_backward_packed dbias (bf16)", d_db16.host(), d_db.host());
+  expect_bits("matmul_backward_packed dw, no dinp (bf16)", d_dw_only.host(), d_dw.host());
+  auto dw = dw0, db = db0;
+  std::vector<float> dinp(NC);
+  ho::matmul_backward_packed(dinp.data(), dw.data(), db.data(), dout.data(), inp16.data(), w.data(),
+                             N, C, OC);
+  expect_close("matmul_backward_packed host dinp (bf16)", d_dinp16.host(), dinp, 8.0 / 256.0);
+  expect_close("matmul_backward_packed host dw (bf16)", d_dw16.host(), dw, 8.0 / 256.0);
+}
+
 // Attention forward and backward at the current precision, on sequences of shape (b, t, c) with
 // nh heads. At bf16 the att buffer holds the backend's own format (bf16 probabilities, or the
 // flash kernels' row statistics), so only fp32 compares it.
@@ -136,33 +256,50 @@ void check_flash_attention(int b, int t, int c, int nh) {
               ("flash kernels ran" + tag).c_str(), ran);
 }
 
-// The llama block's ops (RMSNorm, RoPE, SwiGLU) on both backends.
-void check_llama() {
-  const int n = B * T, c = C, f = 2 * C, hd = 16, heads = 3, stride = (heads + 1) * hd;
+// cuDNN's fused attention (device.attention = "cudnn", precision bf16) against the host, where
+// the build has it; an info line where it does not.
+void check_cudnn_attention(int b, int t, int c, int nh) {
+  const std::string tag =
+      " (bf16 cudnn, T=" + std::to_string(t) + " HS=" + std::to_string(c / nh) + ")";
+  if (!co::cudnn_attention::compiled()) {
+    std::printf("info %-40s not built (no cuDNN or cudnn-frontend headers)\n",
+                ("attention" + tag).c_str());
+    return;
+  }
+  co::set_attention("cudnn");
+  check_attention(tag, 8.0 / 256.0, false, b, t, c, nh);
+  co::set_attention("auto");
+}
+
+// The llama block's ops (RMSNorm, RoPE, SwiGLU) on both backends, on b sequences of t tokens
+// with heads of hd values (Llama's own: 64, at 1024 tokens).
+void check_llama(int b, int t, int hd) {
+  const std::string tag = " (T=" + std::to_string(t) + " HD=" + std::to_string(hd) + ")";
+  const int n = b * t, c = C, f = 2 * C, heads = 3, stride = (heads + 1) * hd;
   const std::size_t nc = static_cast<std::size_t>(n) * c;
   const auto inp = random(nc, -2, 2, 40), w = random(c, 0.5, 1.5, 41), dout = random(nc, -1, 1, 42);
   std::vector<float> out(nc), rstd(n);
   Dev<float> d_inp(inp), d_w(w), d_dout(dout), d_out(out), d_rstd(rstd);
   ho::rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), 1e-5f, n, c);
   co::rmsnorm_forward(d_out.p, d_rstd.p, d_inp.p, d_w.p, 1e-5f, n, c);
-  expect_close("rmsnorm_forward out", d_out.host(), out);
-  expect_close("rmsnorm_forward rstd", d_rstd.host(), rstd);
+  expect_close("rmsnorm_forward out" + tag, d_out.host(), out);
+  expect_close("rmsnorm_forward rstd" + tag, d_rstd.host(), rstd);
   auto dinp = random(nc, -1, 1, 43), dw = random(c, -1, 1, 44);
   Dev<float> d_dinp(dinp), d_dw(dw);
   ho::rmsnorm_backward_input(dinp.data(), dout.data(), inp.data(), w.data(), rstd.data(), n, c);
   co::rmsnorm_backward_input(d_dinp.p, d_dout.p, d_inp.p, d_w.p, d_rstd.p, n, c);
-  expect_close("rmsnorm_backward_input", d_dinp.host(), dinp);
+  expect_close("rmsnorm_backward_input" + tag, d_dinp.host(), dinp);
   ho::rmsnorm_backward_weight(dw.data(), dout.data(), inp.data(), rstd.data(), n, c);
   co::rmsnorm_backward_weight(d_dw.p, d_dout.p, d_inp.p, d_rstd.p, n, c);
-  expect_close("rmsnorm_backward_weight", d_dw.host(), dw);
+  expect_close("rmsnorm_backward_weight" + tag, d_dw.host(), dw);
   auto x = random(static_cast<std::size_t>(n) * stride, -1, 1, 45);
   Dev<float> d_x(x);
-  ho::rope_forward(x.data(), n, T, stride, heads, hd, 10000.0f);
-  co::rope_forward(d_x.p, n, T, stride, heads, hd, 10000.0f);
-  expect_close("rope_forward", d_x.host(), x);
-  ho::rope_backward(x.data(), n, T, stride, heads, hd, 10000.0f);
-  co::rope_backward(d_x.p, n, T, stride, heads, hd, 10000.0f);
-  expect_close("rope_backward", d_x.host(), x);
+  ho::rope_forward(x.data(), n, t, stride, heads, hd, 10000.0f);
+  co::rope_forward(d_x.p, n, t, stride, heads, hd, 10000.0f);
+  expect_close("rope_forward" + tag, d_x.host(), x);
+  ho::rope_backward(x.data(), n, t, stride, heads, hd, 10000.0f);
+  co::rope_backward(d_x.p, n, t, stride, heads, hd, 10000.0f);
+  expect_close("rope_backward" + tag, d_x.host(), x);
   const int nh = 6, nkv = 2; // grouped-query attention: 3 query heads per key/value head
   const auto kv = random(static_cast<std::size_t>(n) * (nh + 2 * nkv) * hd, -1, 1, 48),
              dfull = random(static_cast<std::size_t>(n) * 3 * nh * hd, -1, 1, 49);
@@ -170,20 +307,20 @@ void check_llama() {
   Dev<float> d_kv(kv), d_dfull(dfull), d_full(full), d_dkv(dkv);
   ho::kv_expand(full.data(), kv.data(), n, nh, nkv, hd);
   co::kv_expand(d_full.p, d_kv.p, n, nh, nkv, hd);
-  expect_close("kv_expand", d_full.host(), full);
+  expect_close("kv_expand" + tag, d_full.host(), full);
   ho::kv_reduce(dkv.data(), dfull.data(), n, nh, nkv, hd);
   co::kv_reduce(d_dkv.p, d_dfull.p, n, nh, nkv, hd);
-  expect_close("kv_reduce", d_dkv.host(), dkv);
+  expect_close("kv_reduce" + tag, d_dkv.host(), dkv);
   const auto gu = random(static_cast<std::size_t>(n) * 2 * f, -3, 3, 46),
              dh = random(static_cast<std::size_t>(n) * f, -1, 1, 47);
   std::vector<float> h(static_cast<std::size_t>(n) * f), dgu(gu.size());
   Dev<float> d_gu(gu), d_dh(dh), d_h(h), d_dgu(dgu);
   ho::swiglu_forward(h.data(), gu.data(), n, f);
   co::swiglu_forward(d_h.p, d_gu.p, n, f);
-  expect_close("swiglu_forward", d_h.host(), h);
+  expect_close("swiglu_forward" + tag, d_h.host(), h);
   ho::swiglu_backward(dgu.data(), gu.data(), dh.data(), n, f);
   co::swiglu_backward(d_dgu.p, d_gu.p, d_dh.p, n, f);
-  expect_close("swiglu_backward", d_dgu.host(), dgu);
+  expect_close("swiglu_backward" + tag, d_dgu.host(), dgu);
 }
 
 void run() {
@@ -251,7 +388,9 @@ void run() {
   }
   check_linear("", 1e-4);
   check_attention("", 1e-4, true);
-  check_llama();
+  check_llama(B, T, 16);
+  check_llama(1, 1024, 64);
+  check_bf16_format();
   // bf16: bf16 copies of the operands, bf16 probabilities; the tolerance of the bf16 fixture
   // test, 8 eps with eps = 2^-8 (tests/cuda/parity_main.cpp)
   co::set_precision("bf16");
@@ -265,6 +404,10 @@ void run() {
   check_flash_attention(2, 200, 256, 4);          // GPT-2's head size, 4 tiles (the last short)
   check_flash_attention(1, 64, 128, 4);           // head size 32, one full tile
   check_flash_attention(3, 37, 128, 2);           // one short tile
+  check_flash_attention(1, 1024, 512, 8);         // Llama's head size and GPT-2's length
+  check_cudnn_attention(2, 200, 256, 4);
+  check_cudnn_attention(1, 1024, 512, 8);
+  check_packed_linear();
   co::set_precision("fp32");
   for (const std::size_t n : {100003, 100000}) { // elementwise: 4 floats per load, and not
     const std::string tag = n % 4 == 0 ? " (n % 4 = 0)" : "";
