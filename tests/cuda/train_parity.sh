@@ -7,8 +7,10 @@
 # (reductions or pipeline messages) must be refused (exit 2). Where two GPUs are visible, pp = 2
 # also runs with its messages through NCCL (comm.gpu_p2p), 1F1B and interleaved. Last, the flash attention kernels: ten steps at bf16 of a model with
 # GPT-2's head size (64) and sequences of 160 tokens (three tiles, the last short) against the
-# host's fp32 run, losses within 2 eps = 7.8e-3 relative (the bf16 loss tolerance of the fixture
-# test). Exits 77 (CTest: skipped) when this pipetrain cannot use a GPU, never 0.
+# host's bf16 run, losses within 2 eps = 7.8e-3 relative (the bf16 loss tolerance of the fixture
+# test); the same at full recompute with the same bits (the rounds the products make); pp = 2
+# within 1e-4; cuDNN's attention (where built) within 7.8e-3 of the flash kernels. Exits 77
+# (CTest: skipped) when this pipetrain cannot use a GPU, never 0.
 set -uo pipefail
 pipetrain=$1 deck=$2 data=$3 out=$4
 shift 5 # the "--" too
@@ -107,10 +109,34 @@ run sp2 "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" parallel.pp=1 parallel.
   parallel.sequence_parallel=true device.kind=\"cuda\" "comm.gpu_collectives=\"$collectives\"" \
   "log.dir=$out/sp2" || exit 1
 python3 "$compare" 1e-4 "$out/cuda/metrics.jsonl" "$out/sp2/metrics.jsonl" || exit 1
-echo "== host fp32 vs CUDA bf16 through the flash attention kernels (head size 64, T = 160) =="
-flash=(model.d_model=128 model.n_head=2 model.seq_len=160 parallel.pp=1)
+echo "== host bf16 vs CUDA bf16 through the flash attention kernels (head size 64, T = 160) =="
+flash=(model.d_model=128 model.n_head=2 model.seq_len=160 parallel.pp=1
+       device.precision=\"bf16\")
 run flash_host "$pipetrain" "${common[@]}" "${flash[@]}" "log.dir=$out/flash_host" || exit 1
 run flash_bf16 "$pipetrain" "${common[@]}" "${flash[@]}" device.kind=\"cuda\" \
-  device.precision=\"bf16\" "log.dir=$out/flash_bf16" || exit 1
+  "log.dir=$out/flash_bf16" || exit 1
 python3 "$compare" --losses-only 7.8e-3 "$out/flash_host/metrics.jsonl" \
   "$out/flash_bf16/metrics.jsonl" || exit 1
+echo "== CUDA bf16: full recompute (fp32 activations, rounded by the products) vs kept packed" \
+  "(the packed products): the same bits =="
+run flash_bf16_full "$pipetrain" "${common[@]}" "${flash[@]}" device.kind=\"cuda\" \
+  train.recompute=\"full\" "log.dir=$out/flash_bf16_full" || exit 1
+python3 "$compare" 0 "$out/flash_bf16/metrics.jsonl" "$out/flash_bf16_full/metrics.jsonl" || exit 1
+echo "== CUDA bf16 one rank vs pp = 2 on two ranks (bf16 messages) =="
+run flash_bf16_pp2 "${mpirun[@]}" -np 2 "$pipetrain" "${common[@]}" "${flash[@]}" \
+  parallel.pp=2 device.kind=\"cuda\" "log.dir=$out/flash_bf16_pp2" || exit 1
+python3 "$compare" 1e-4 "$out/flash_bf16/metrics.jsonl" "$out/flash_bf16_pp2/metrics.jsonl" ||
+  exit 1
+echo "== CUDA bf16: cuDNN's fused attention vs the flash kernels =="
+"$pipetrain" "${common[@]}" "${flash[@]}" device.kind=\"cuda\" device.attention=\"cudnn\" \
+  "log.dir=$out/cudnn_bf16" >"$out/cudnn_bf16.log" 2>&1
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q "this build has no cuDNN attention" "$out/cudnn_bf16.log"; then
+  echo "SKIP (this part): $(grep -m1 -o 'this build has no cuDNN attention[^;]*' "$out/cudnn_bf16.log")"
+elif [[ $rc -ne 0 ]]; then
+  cat "$out/cudnn_bf16.log"
+  exit 1
+else
+  python3 "$compare" --losses-only 7.8e-3 "$out/flash_bf16/metrics.jsonl" \
+    "$out/cudnn_bf16/metrics.jsonl" || exit 1
+fi
