@@ -7,6 +7,7 @@
 #include <string>
 
 #if PT_HAVE_CUDNN
+#include <cuda_runtime.h>
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
@@ -192,8 +193,8 @@ bool compiled() {
   return true;
 }
 
-void forward(void* o16, float* stats, const void* qkv16, int B, int T, int C, int NH,
-             cudaStream_t stream) {
+void forward(void* o16, float* stats, const void* qkv16, int B, int T, int C, int NH, void* queue) {
+  const auto stream = static_cast<cudaStream_t>(queue);
   const Shape s{B, T, C, NH};
   const cudnnHandle_t h = handle(stream);
   Graph& g = forward_graph(s, h);
@@ -206,7 +207,8 @@ void forward(void* o16, float* stats, const void* qkv16, int B, int T, int C, in
 }
 
 void backward(void* dqkv16, const void* qkv16, const void* o16, const void* dout16,
-              const float* stats, int B, int T, int C, int NH, cudaStream_t stream) {
+              const float* stats, int B, int T, int C, int NH, void* queue) {
+  const auto stream = static_cast<cudaStream_t>(queue);
   const Shape s{B, T, C, NH};
   const cudnnHandle_t h = handle(stream);
   Graph& g = backward_graph(s, h);
@@ -245,11 +247,11 @@ namespace {
 bool compiled() {
   return false;
 }
-void forward(void*, float*, const void*, int, int, int, int, cudaStream_t) {
+void forward(void*, float*, const void*, int, int, int, int, void*) {
   absent();
 }
 void backward(void*, const void*, const void*, const void*, const float*, int, int, int, int,
-              cudaStream_t) {
+              void*) {
   absent();
 }
 void finalize() {}

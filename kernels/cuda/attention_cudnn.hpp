@@ -11,8 +11,6 @@
 // stats (B, NH, T) fp32: each score row's log-sum-exp (natural log), which the backward reads.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstddef>
 
 namespace pt::cuda_ops::cudnn_attention {
@@ -20,15 +18,14 @@ namespace pt::cuda_ops::cudnn_attention {
 // Whether this build has cuDNN's attention (cuDNN and the cudnn-frontend headers were found).
 bool compiled();
 
-// o16 and stats from qkv16 (all device memory, on `stream`).
-void forward(void* o16, float* stats, const void* qkv16, int B, int T, int C, int NH,
-             cudaStream_t stream);
+// o16 and stats from qkv16 (all device memory, on `stream`, a cudaStream_t).
+void forward(void* o16, float* stats, const void* qkv16, int B, int T, int C, int NH, void* stream);
 
 // dqkv16 (B, T, 3C) bf16 written: the gradients of q, k and v, from the forward's qkv16, o16 and
 // stats and the output's gradient dout16 (B, T, C) bf16. Deterministic (cuDNN's deterministic
 // backward: no atomics across key blocks).
 void backward(void* dqkv16, const void* qkv16, const void* o16, const void* dout16,
-              const float* stats, int B, int T, int C, int NH, cudaStream_t stream);
+              const float* stats, int B, int T, int C, int NH, void* stream);
 
 // Releases the graphs, the workspace and the cuDNN handle (at the backend's end).
 void finalize();
