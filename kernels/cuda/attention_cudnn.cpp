@@ -193,6 +193,23 @@ bool compiled() {
   return true;
 }
 
+bool supports(int B, int T, int C, int NH, void* queue) {
+  const Shape s{B, T, C, NH};
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>, bool> known;
+  const auto it = known.find(s.key());
+  if (it != known.end()) return it->second;
+  bool ok = true;
+  try {
+    const cudnnHandle_t h = handle(static_cast<cudaStream_t>(queue));
+    forward_graph(s, h);
+    backward_graph(s, h);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  known[s.key()] = ok;
+  return ok;
+}
+
 void forward(void* o16, float* stats, const void* qkv16, int B, int T, int C, int NH, void* queue) {
   const auto stream = static_cast<cudaStream_t>(queue);
   const Shape s{B, T, C, NH};
@@ -245,6 +262,9 @@ namespace {
 } // namespace
 
 bool compiled() {
+  return false;
+}
+bool supports(int, int, int, int, void*) {
   return false;
 }
 void forward(void*, float*, const void*, int, int, int, int, void*) {

@@ -18,6 +18,10 @@ namespace pt::cuda_ops::cudnn_attention {
 // Whether this build has cuDNN's attention (cuDNN and the cudnn-frontend headers were found).
 bool compiled();
 
+// Whether cuDNN has both graphs for this shape on this GPU: builds them (once per shape; the
+// graphs are kept for the calls). False where it has none or the build has no cuDNN.
+bool supports(int B, int T, int C, int NH, void* stream);
+
 // o16 and stats from qkv16 (all device memory, on `stream`, a cudaStream_t).
 void forward(void* o16, float* stats, const void* qkv16, int B, int T, int C, int NH, void* stream);
 

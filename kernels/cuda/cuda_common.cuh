@@ -70,6 +70,7 @@ struct Backend {
   Scratch sums;                // sum_squares_each's results
   Scratch rowdot;              // flash attention backward: sum_d dout * out per row, B*NH*T
   Scratch dqkv16;              // cuDNN attention backward: dq, dk, dv in bf16, B*T*3C
+  Scratch colsum;              // column sums' per-slice partial sums (ops_norm.cu)
   cublasLtHandle_t lt = nullptr;
   void* lt_workspace = nullptr;
   void* blas_workspace = nullptr; // cuBLAS's, given at start so that it never allocates one

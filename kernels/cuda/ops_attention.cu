@@ -1,7 +1,8 @@
 // Causal self-attention (attention_forward, attention_backward) at precision bf16 by
 // device.attention: cuDNN's fused attention (attention_cudnn.hpp), the flash kernels
 // (flash_attention.hpp), or per sequence two batched cuBLAS products over its heads around a
-// causal softmax kernel (always at fp32 and tf32); "auto": flash where it takes the shape.
+// causal softmax kernel (always at fp32 and tf32); "auto": the first of these that takes the
+// shape.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -71,12 +72,20 @@ template <class E> __global__ void causal_softmax_backward_k(E* ds, const E* att
 
 enum class Path { gemm, flash, cudnn };
 
-// The kernels attention runs for this shape (device.attention, set_attention).
+// The kernels attention runs for this shape (device.attention, set_attention). "auto": cuDNN's
+// where it has graphs for the shape (measured fastest on an H200, docs/performance.md), else the
+// flash kernels where they take it, else cuBLAS.
 Path path(int B, int T, int C, int NH) {
   if (!g.bf16) return Path::gemm;
   const bool flash_takes = flash::takes(B, T, C, NH);
   switch (g.attention) {
   case AttentionPath::cudnn:
+    if (!cudnn_attention::supports(B, T, C, NH, g.stream)) {
+      throw std::runtime_error("device.attention = \"cudnn\": cuDNN has no fused attention for "
+                               "head size " +
+                               std::to_string(C / NH) + " and " + std::to_string(T) +
+                               " tokens on this GPU; use \"auto\"");
+    }
     return Path::cudnn;
   case AttentionPath::flash:
     if (!flash_takes) {
@@ -91,6 +100,7 @@ Path path(int B, int T, int C, int NH) {
   case AttentionPath::automatic:
     break;
   }
+  if (cudnn_attention::supports(B, T, C, NH, g.stream)) return Path::cudnn;
   return flash_takes ? Path::flash : Path::gemm;
 }
 

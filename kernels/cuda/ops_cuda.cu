@@ -88,7 +88,7 @@ void finalize() {
   if (g.stream == nullptr) return;
   cudaStreamSynchronize(g.stream);
   for (Scratch* x : {&g.dp, &g.op_a, &g.op_b, &g.qkv16, &g.dout16, &g.ds16, &g.lt_bias, &g.sums,
-                     &g.rowdot, &g.dqkv16, &g.adam_chunks.dev, &g.norm_chunks.dev}) {
+                     &g.rowdot, &g.dqkv16, &g.colsum, &g.adam_chunks.dev, &g.norm_chunks.dev}) {
     free_scratch(*x);
   }
   cudaStreamSynchronize(g.stream);

@@ -37,9 +37,10 @@ void synchronize();
 // bf16 copy of its output (see ops_cuda.cu). Throws on other names.
 void set_precision(const std::string& precision);
 void set_tf32(bool on); // set_precision("tf32") or ("fp32")
-// device.attention at precision bf16: "auto" (the flash kernels where they take the shape, else
-// cuBLAS), "cudnn" (cuDNN's fused attention; throws where the build has none), "flash" (the
-// flash kernels; attention calls throw where they do not take the shape), "gemm" (cuBLAS).
+// device.attention at precision bf16: "auto" (cuDNN's fused attention where the build has it
+// and cuDNN takes the shape, else the flash kernels where they take it, else cuBLAS), "cudnn"
+// (throws where the build has none; attention calls throw where cuDNN does not take the shape),
+// "flash" (attention calls throw where the kernels do not take the shape), "gemm" (cuBLAS).
 void set_attention(const std::string& kind);
 // Rate of a 4096^3 matrix product at the current precision (FLOP/s), timed for `seconds`; at
 // bf16 on bf16 inputs (the product the ops run once their operands are converted).

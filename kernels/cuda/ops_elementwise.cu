@@ -112,8 +112,8 @@ __global__ void map4_k(float4* out, const float4* a, const float4* b, std::size_
   }
 }
 
-// One block per chunk; its sum of squares is added to the chunk's segment's total.
-__global__ void sum_squares_k(double* totals, const float* x, const Chunk* chunks) {
+// One block per chunk; sums[chunk] = its sum of squares (the host adds them up, in order).
+__global__ void sum_squares_k(double* sums, const float* x, const Chunk* chunks) {
   __shared__ float shared[32];
   const Chunk c = chunks[blockIdx.x];
   float s = 0.0f; // per thread in float, blocks summed in double (as the host's chunks)
@@ -122,7 +122,7 @@ __global__ void sum_squares_k(double* totals, const float* x, const Chunk* chunk
     s += y * y;
   }
   s = block_reduce<false>(s, shared);
-  if (threadIdx.x == 0) atomicAdd(totals + c.seg, static_cast<double>(s));
+  if (threadIdx.x == 0) sums[blockIdx.x] = static_cast<double>(s);
 }
 
 } // namespace
@@ -210,14 +210,16 @@ void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
   for (std::size_t i = 0; i < n; ++i) {
     add_chunks(chunks, offsets[i], 0, sizes[i], static_cast<unsigned>(i), 0);
   }
-  double* d = grown<double>(g.sums, n, "sum_squares_each");
-  check(cudaMemsetAsync(d, 0, n * sizeof(double), g.stream), "sum_squares_each");
-  if (!chunks.empty()) {
-    const Chunk* c = device_chunks(g.norm_chunks, chunks, "sum_squares_each");
-    sum_squares_k<<<static_cast<unsigned>(chunks.size()), kThreads, 0, g.stream>>>(d, x, c);
-    launched("sum_squares_each");
-  }
-  to_host(out, d, n * sizeof(double)); // the one wait
+  std::fill(out, out + n, 0.0);
+  if (chunks.empty()) return;
+  double* d = grown<double>(g.sums, chunks.size(), "sum_squares_each");
+  const Chunk* c = device_chunks(g.norm_chunks, chunks, "sum_squares_each");
+  sum_squares_k<<<static_cast<unsigned>(chunks.size()), kThreads, 0, g.stream>>>(d, x, c);
+  launched("sum_squares_each");
+  std::vector<double> sums(chunks.size());
+  to_host(sums.data(), d, sums.size() * sizeof(double)); // the one wait
+  // each segment's chunks in order: the same bits on every run (no atomics)
+  for (std::size_t i = 0; i < chunks.size(); ++i) out[chunks[i].seg] += sums[i];
 }
 
 double sum_squares(const float* x, std::size_t n) {

@@ -112,10 +112,11 @@ __global__ void layernorm_backward_input_k(float* dinp, const float* dout, const
   }
 }
 
-// Column sums over rows: block (x: 32 columns, y: a slice of the rows), partial sums added with
-// atomics. f(row, col) is the term.
+// Column sums over rows: block (x: 32 columns, y: a slice of the rows) writes its slice's sums
+// to slices[y * C + c]; add_slices then adds the slices in their order, so the sums have the same
+// bits on every run (no atomics). f(row, col) is the term.
 constexpr int kRowSlices = 64;
-template <class F> __device__ void column_sums(float* acc, int N, int C, const F& f) {
+template <class F> __device__ void column_sums(float* slices, int N, int C, const F& f) {
   __shared__ float part[kThreads];
   const int c = blockIdx.x * 32 + threadIdx.x % 32;
   const int lanes_y = blockDim.x / 32;
@@ -131,8 +132,17 @@ template <class F> __device__ void column_sums(float* acc, int N, int C, const F
   if (threadIdx.x < 32 && c < C) {
     float t = 0.0f;
     for (int k = threadIdx.x; k < blockDim.x; k += 32) t += part[k];
-    atomicAdd(acc + c, t);
+    slices[static_cast<std::size_t>(blockIdx.y) * C + c] = t;
   }
+}
+
+// acc[c] += the count slices' sums of column c, in slice order
+__global__ void add_slices_k(float* acc, const float* slices, int count, int C) {
+  const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= C) return;
+  float s = 0.0f;
+  for (int y = 0; y < count; ++y) s += slices[static_cast<std::size_t>(y) * C + c];
+  acc[c] += s;
 }
 
 struct Element { // x[r, c]
@@ -150,11 +160,11 @@ struct NormTimesGrad { // dout[r, c] * (inp[r, c] - mean[r]) * rstd[r]
   }
 };
 
-__global__ void layernorm_backward_weight_k(float* dw, float* db, const float* dout,
-                                            const float* inp, const float* mean, const float* rstd,
-                                            int N, int C) {
-  column_sums(dw, N, C, NormTimesGrad{dout, inp, mean, rstd, C});
-  column_sums(db, N, C, Element{dout, C});
+// dw's slices at slices, db's after them
+__global__ void layernorm_backward_weight_k(float* slices, const float* dout, const float* inp,
+                                            const float* mean, const float* rstd, int N, int C) {
+  column_sums(slices, N, C, NormTimesGrad{dout, inp, mean, rstd, C});
+  column_sums(slices + static_cast<std::size_t>(gridDim.y) * C, N, C, Element{dout, C});
 }
 
 // RMSNorm: one warp per row, as the layer norm
@@ -196,13 +206,13 @@ struct RmsTimesGrad { // dout[r, c] * inp[r, c] * rstd[r]
   }
 };
 
-__global__ void rmsnorm_backward_weight_k(float* dw, const float* dout, const float* inp,
+__global__ void rmsnorm_backward_weight_k(float* slices, const float* dout, const float* inp,
                                           const float* rstd, int N, int C) {
-  column_sums(dw, N, C, RmsTimesGrad{dout, inp, rstd, C});
+  column_sums(slices, N, C, RmsTimesGrad{dout, inp, rstd, C});
 }
 
-__global__ void column_sum_k(float* acc, const float* x, int N, int C) {
-  column_sums(acc, N, C, Element{x, C});
+__global__ void column_sum_k(float* slices, const float* x, int N, int C) {
+  column_sums(slices, N, C, Element{x, C});
 }
 
 __global__ void broadcast_rows_k(float* out, const float* bias, int N, int OC) {
@@ -222,12 +232,25 @@ dim3 column_grid(int N, int C) {
               static_cast<unsigned>(std::max(1, std::min(N, kRowSlices))));
 }
 
+// Room for `sums` column-sum kernels' slices over a grid (device scratch, stream order).
+float* slices_for(const dim3& grid, int C, int sums, const char* what) {
+  return grown<float>(g.colsum, static_cast<std::size_t>(sums) * grid.y * C, what);
+}
+
+void add_slices(float* acc, const float* slices, const dim3& grid, int C) {
+  add_slices_k<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, g.stream>>>(
+      acc, slices, static_cast<int>(grid.y), C);
+}
+
 } // namespace
 
 namespace detail {
 
 void column_sum(float* acc, const float* x, int N, int C) {
-  column_sum_k<<<column_grid(N, C), kThreads, 0, g.stream>>>(acc, x, N, C);
+  const dim3 grid = column_grid(N, C);
+  float* slices = slices_for(grid, C, 1, "column_sum");
+  column_sum_k<<<grid, kThreads, 0, g.stream>>>(slices, x, N, C);
+  add_slices(acc, slices, grid, C);
 }
 
 void broadcast_rows(float* out, const float* bias, int N, int OC) {
@@ -274,8 +297,11 @@ void layernorm_backward_weight(float* dw, float* db, const float* dout, const fl
                                const float* mean, const float* rstd, int N, int C) {
   ready();
   if (N == 0) return;
-  layernorm_backward_weight_k<<<column_grid(N, C), kThreads, 0, g.stream>>>(dw, db, dout, inp, mean,
-                                                                            rstd, N, C);
+  const dim3 grid = column_grid(N, C);
+  float* slices = slices_for(grid, C, 2, "layernorm_backward_weight");
+  layernorm_backward_weight_k<<<grid, kThreads, 0, g.stream>>>(slices, dout, inp, mean, rstd, N, C);
+  add_slices(dw, slices, grid, C);
+  add_slices(db, slices + static_cast<std::size_t>(grid.y) * C, grid, C);
   launched("layernorm_backward_weight");
 }
 
@@ -300,8 +326,10 @@ void rmsnorm_backward_weight(float* dw, const float* dout, const float* inp, con
                              int N, int C) {
   ready();
   if (N == 0) return;
-  rmsnorm_backward_weight_k<<<column_grid(N, C), kThreads, 0, g.stream>>>(dw, dout, inp, rstd, N,
-                                                                          C);
+  const dim3 grid = column_grid(N, C);
+  float* slices = slices_for(grid, C, 1, "rmsnorm_backward_weight");
+  rmsnorm_backward_weight_k<<<grid, kThreads, 0, g.stream>>>(slices, dout, inp, rstd, N, C);
+  add_slices(dw, slices, grid, C);
   launched("rmsnorm_backward_weight");
 }
 

@@ -450,8 +450,8 @@ std::vector<DeckKey> make_table() {
               AttentionKind::gemm},
              {"device.kind = \"cuda\" at precision bf16: cudnn (cuDNN's fused attention), flash "
               "(pipetrain's kernels, head sizes 32 and 64), gemm (cuBLAS products around a "
-              "softmax); auto: flash where it takes the head size, else gemm (docs/cuda.md)",
-              "auto, flash, gemm yes; cudnn compiled, not yet run on a GPU"}),
+              "softmax); auto: cudnn where the build has it and it takes the shape, else flash "
+              "where it takes the head size, else gemm (docs/cuda.md)"}),
       integer("device", "threads", &RC::device, &V::threads, 0, 1024,
               {"host threads per rank (Kokkos and the products alike; results are the same at "
                "any count); 0: OMP_NUM_THREADS if set, else the cores of the rank's affinity "

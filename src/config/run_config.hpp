@@ -123,7 +123,8 @@ struct DeviceConfig {
   // matrix products: fp32 | tf32 | bf16 (bf16/tf32 tensor-core inputs with fp32 accumulation,
   // fp32 weights, activations and optimizer state; CUDA only)
   Precision precision = Precision::fp32;
-  // attention kernels on a GPU at bf16: auto (the last measured fastest), cudnn, flash, gemm
+  // attention kernels on a GPU at bf16: auto (the measured fastest that takes the shape), cudnn,
+  // flash, gemm
   AttentionKind attention = AttentionKind::automatic;
   int threads = 0; // host threads per rank; 0: OMP_NUM_THREADS, else affinity / sharing ranks
   bool operator==(const DeviceConfig&) const = default;

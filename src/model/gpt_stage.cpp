@@ -367,7 +367,7 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
   if (a.dlogits_scale != 0.0f) { // the cross-entropy's backward too, in the same pass
     be_.crossentropy_forward_backward(a.losses.data(), a.probs.data(), a.probs.data(),
                                       a.targets.data(), loss_scale, N_, V_);
-    stored(a.probs); // d logits
+    product_input(a.probs.data(), a.probs.size()); // d logits: read by the head's products
   } else if (tp_.size == 1) {
     be_.crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
                              V_);
@@ -498,7 +498,7 @@ void GptStage::head_backward_input(StageActivations& a, float loss_scale, float*
   if (a.dlogits_scale == 0.0f) {
     be_.crossentropy_backward(a.probs.data(), a.probs.data(), a.targets.data(), loss_scale, N_, V_,
                               v0_);
-    stored(a.probs); // d logits
+    product_input(a.probs.data(), a.probs.size()); // d logits: read by the head's products
   } else if (a.dlogits_scale != loss_scale) {
     throw std::logic_error("GptStage: the forward's d logits are for another loss scale");
   }
