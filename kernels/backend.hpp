@@ -94,5 +94,10 @@ const Backend& host_backend();
 // that keeps MPI and MPI-IO off a GPU backend's memory runs on the host, with the same numbers
 // (tests: PIPETRAIN_TEST_STAGED=1).
 const Backend& host_staged_backend();
+// The host backend with a GPU's bf16 products (tests: PIPETRAIN_TEST_BF16_PRODUCTS=1): products
+// and attention round their inputs to bfloat16 first, as the CUDA backend's at precision bf16
+// convert them, and bf16_products() is true, so the GPU's paths of the model run on the host
+// (kernels/host/bf16_products.cpp).
+const Backend& host_bf16_products_backend();
 
 } // namespace pt

@@ -57,7 +57,9 @@ std::unique_ptr<TokenFile> open_collectively(MPI_Comm comm, const std::string& p
 // PIPETRAIN_TEST_STAGED=1 (tests) gives the host backend with MPI staging.
 const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
   if (d.kind != DeviceKind::cuda) {
-    // test switch: the GPU backend's host staging of MPI traffic, on the host
+    // test switches: the GPU backend's host staging of MPI traffic, and its bf16 products, on
+    // the host
+    if (test_hooks().bf16_products) return host_bf16_products_backend();
     return test_hooks().staged ? host_staged_backend() : host_backend();
   }
   const int local = physical_node(world).first;

@@ -14,6 +14,7 @@ bool is_one(const char* name) {
 TestHooks read_hooks() {
   TestHooks h;
   h.staged = is_one("PIPETRAIN_TEST_STAGED");
+  h.bf16_products = is_one("PIPETRAIN_TEST_BF16_PRODUCTS");
   h.drop_send = is_one("PIPETRAIN_TEST_DROP_SEND");
   h.withhold_tp = is_one("PIPETRAIN_TEST_WITHHOLD_TP");
   h.check_tp_replicas = is_one("PIPETRAIN_CHECK_TP_REPLICAS");

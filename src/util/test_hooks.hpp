@@ -12,6 +12,8 @@
 //                                       opened (the others wait in HDF5's collective open)
 //   PIPETRAIN_CHECK_TP_REPLICAS=1       every step, replicated gradients must be bitwise equal on
 //                                       every tp rank
+//   PIPETRAIN_TEST_BF16_PRODUCTS=1      host kernels whose products round their inputs to bf16
+//                                       as a GPU's do: the model's GPU paths at bf16 on the host
 #pragma once
 
 namespace pt {
@@ -23,6 +25,7 @@ struct TestHooks {
   int kill_in_checkpoint = -1;  // the step; -1: never
   int stall_in_checkpoint = -1; // the step; -1: never
   bool check_tp_replicas = false;
+  bool bf16_products = false;
 };
 
 // Read from the environment at the first call.
