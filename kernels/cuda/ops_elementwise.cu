@@ -55,15 +55,26 @@ __global__ void encoder_backward_k(float* dwte, float* dwpe, const float* dout,
 // n and every pointer allow it (one 16-byte load per operand: fewer instructions in flight per
 // byte, which is what these memory-bound loops wait on)
 
-struct Gelu { // tanh approximation, as the host and GPT-2
+__device__ float to_bf16_value(float x) { // to the nearest bfloat16, ties to even, in a float
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+struct Gelu { // tanh approximation, as the host and GPT-2; bf16: the input rounded first
+  bool bf16;
   __device__ float operator()(float x, float) const {
+    if (bf16) x = to_bf16_value(x);
     const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
     return 0.5f * x * (1.0f + t);
   }
 };
 
-struct GeluGrad { // d gelu(x) / dx times the incoming gradient d
+struct GeluGrad { // d gelu(x) / dx times the incoming gradient d; bf16: both rounded first
+  bool bf16;
   __device__ float operator()(float x, float d) const {
+    if (bf16) {
+      x = to_bf16_value(x);
+      d = to_bf16_value(d);
+    }
     const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
     return d * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
@@ -76,8 +87,13 @@ struct Axpby { // add: 1, 1; accumulate: out = x = acc; scale: b = 0, no y
 };
 
 struct RoundBf16 { // to the nearest bfloat16, ties to even, kept in a float
-  __device__ float operator()(float x, float) const {
-    return __bfloat162float(__float2bfloat16_rn(x));
+  __device__ float operator()(float x, float) const { return to_bf16_value(x); }
+};
+
+struct ResidualAdd { // the branch (rounded first at bf16) plus the residual
+  bool bf16;
+  __device__ float operator()(float branch, float x) const {
+    return (bf16 ? to_bf16_value(branch) : branch) + x;
   }
 };
 
@@ -158,12 +174,16 @@ void map(float* out, const float* a, const float* b, std::size_t n, F f, const c
   launched(what);
 }
 
-void gelu_forward(float* out, const float* inp, std::size_t n) {
-  map(out, inp, nullptr, n, Gelu{}, "gelu_forward");
+void gelu_forward(float* out, const float* inp, std::size_t n, bool bf16_in) {
+  map(out, inp, nullptr, n, Gelu{bf16_in}, "gelu_forward");
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
-  map(dinp, inp, dout, n, GeluGrad{}, "gelu_backward");
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, bool bf16_in) {
+  map(dinp, inp, dout, n, GeluGrad{bf16_in}, "gelu_backward");
+}
+
+void residual_add(float* branch, const float* x, std::size_t n, bool bf16_branch) {
+  map(branch, branch, x, n, ResidualAdd{bf16_branch}, "residual_add");
 }
 
 void add(float* out, const float* a, const float* b, std::size_t n) {

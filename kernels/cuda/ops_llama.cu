@@ -34,22 +34,28 @@ __global__ void rope_k(float* x, int N, int T, int stride, int heads, int HD, fl
   }
 }
 
-__global__ void swiglu_forward_k(float* out, const float* inp, int N, int F) {
+__device__ float read(const float* p, std::size_t i, bool bf16) { // bf16: rounded, ties to even
+  return bf16 ? __bfloat162float(__float2bfloat16_rn(p[i])) : p[i];
+}
+
+__global__ void swiglu_forward_k(float* out, const float* inp, int N, int F, bool bf16) {
   const std::size_t total = static_cast<std::size_t>(N) * F;
   for (std::size_t k = blockIdx.x * blockDim.x + threadIdx.x; k < total;
        k += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     const std::size_t n = k / F, j = k % F;
-    const float gate = inp[n * 2 * F + j], up = inp[n * 2 * F + F + j];
+    const float gate = read(inp, n * 2 * F + j, bf16), up = read(inp, n * 2 * F + F + j, bf16);
     out[k] = gate * (1.0f / (1.0f + expf(-gate))) * up;
   }
 }
 
-__global__ void swiglu_backward_k(float* dinp, const float* inp, const float* dout, int N, int F) {
+__global__ void swiglu_backward_k(float* dinp, const float* inp, const float* dout, int N, int F,
+                                  bool bf16) {
   const std::size_t total = static_cast<std::size_t>(N) * F;
   for (std::size_t k = blockIdx.x * blockDim.x + threadIdx.x; k < total;
        k += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     const std::size_t n = k / F, j = k % F;
-    const float gate = inp[n * 2 * F + j], up = inp[n * 2 * F + F + j], d = dout[k];
+    const float gate = read(inp, n * 2 * F + j, bf16), up = read(inp, n * 2 * F + F + j, bf16),
+                d = read(dout, k, bf16);
     const float s = 1.0f / (1.0f + expf(-gate));
     dinp[n * 2 * F + j] = d * up * s * (1.0f + gate * (1.0f - s));
     dinp[n * 2 * F + F + j] = d * gate * s;
@@ -124,19 +130,19 @@ void kv_reduce(float* packed, const float* full, int N, int NH, int NKV, int HD)
   launched("kv_reduce");
 }
 
-void swiglu_forward(float* out, const float* inp, int N, int F) {
+void swiglu_forward(float* out, const float* inp, int N, int F, bool bf16_in) {
   ready();
   const std::size_t n = static_cast<std::size_t>(N) * F;
   if (n == 0) return;
-  swiglu_forward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, inp, N, F);
+  swiglu_forward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, inp, N, F, bf16_in);
   launched("swiglu_forward");
 }
 
-void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, bool bf16_in) {
   ready();
   const std::size_t n = static_cast<std::size_t>(N) * F;
   if (n == 0) return;
-  swiglu_backward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dinp, inp, dout, N, F);
+  swiglu_backward_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dinp, inp, dout, N, F, bf16_in);
   launched("swiglu_backward");
 }
 

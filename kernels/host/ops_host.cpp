@@ -290,23 +290,24 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 
 // ---- elementwise ----------------------------------------------------------------------------
 
-void gelu_forward(float* out, const float* inp, std::size_t n) {
+void gelu_forward(float* out, const float* inp, std::size_t n, bool bf16_in) {
   par_chunks("gelu_forward", n, [=](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) {
-      const float x = inp[i];
+      const float x = bf16_in ? bf16::round(inp[i]) : inp[i];
       const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
       out[i] = 0.5f * x * (1.0f + t);
     }
   });
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, bool bf16_in) {
   par_chunks("gelu_backward", n, [=](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) {
-      const float x = inp[i];
+      const float x = bf16_in ? bf16::round(inp[i]) : inp[i];
+      const float d = bf16_in ? bf16::round(dout[i]) : dout[i];
       const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
       const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-      dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+      dinp[i] = d * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
     }
   });
 }
@@ -320,6 +321,14 @@ void add(float* out, const float* a, const float* b, std::size_t n) {
 void accumulate(float* acc, const float* x, std::size_t n) {
   par_chunks("accumulate", n, [=](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) acc[i] += x[i];
+  });
+}
+
+void residual_add(float* branch, const float* x, std::size_t n, bool bf16_branch) {
+  par_chunks("residual_add", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      branch[i] = (bf16_branch ? bf16::round(branch[i]) : branch[i]) + x[i];
+    }
   });
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "bf16.hpp"
 #include "host/loops.hpp"
 #include "ops.hpp"
 
@@ -143,17 +144,26 @@ void kv_reduce(float* packed, const float* full, int N, int NH, int NKV, int HD)
 
 // ---- SwiGLU ----------------------------------------------------------------------------------
 
-void swiglu_forward(float* out, const float* inp, int N, int F) {
+namespace {
+float read(const float* p, int j, bool bf16_in) {
+  return bf16_in ? bf16::round(p[j]) : p[j];
+}
+} // namespace
+
+void swiglu_forward(float* out, const float* inp, int N, int F, bool bf16_in) {
   par_rows("swiglu_forward", N, 3 * F, [=](std::size_t n) {
     const float* g = inp + n * 2 * F;
     const float* u = g + F;
     float* o = out + n * F;
-    for (int j = 0; j < F; ++j) o[j] = g[j] * (1.0f / (1.0f + std::exp(-g[j]))) * u[j];
+    for (int j = 0; j < F; ++j) {
+      const float gate = read(g, j, bf16_in);
+      o[j] = gate * (1.0f / (1.0f + std::exp(-gate))) * read(u, j, bf16_in);
+    }
   });
 }
 
 // d gate = dout u s (1 + g (1 - s)), s = sigmoid(g); d up = dout silu(g)
-void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F, bool bf16_in) {
   par_rows("swiglu_backward", N, 5 * F, [=](std::size_t n) {
     const float* g = inp + n * 2 * F;
     const float* u = g + F;
@@ -161,9 +171,10 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, in
     float* dg = dinp + n * 2 * F;
     float* du = dg + F;
     for (int j = 0; j < F; ++j) {
-      const float s = 1.0f / (1.0f + std::exp(-g[j]));
-      dg[j] = d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
-      du[j] = d[j] * g[j] * s;
+      const float gate = read(g, j, bf16_in), up = read(u, j, bf16_in), dj = read(d, j, bf16_in);
+      const float s = 1.0f / (1.0f + std::exp(-gate));
+      dg[j] = dj * up * s * (1.0f + gate * (1.0f - s));
+      du[j] = dj * gate * s;
     }
   });
 }

@@ -320,19 +320,17 @@ void GptStage::block_forward(int i, const float* x, const BlockView& a) {
   linear_forward(partial_for(a.res2), a.atty, a.atty16, w.proj_w, bias_here ? w.proj_b : nullptr,
                  Ct, C);
   reduce_partial(a.res2);
-  stored(a.res2, RC); // the attention branch's output; the residual sum below stays fp32
-  be_.accumulate(a.res2, x, RC);
+  // the attention branch's output, stored (rounded at bf16), plus x: the residual sum stays fp32
+  be_.residual_add(a.res2, x, RC, format_ == ActFormat::bf16);
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b);
   product_input(a.ln2, RC);
   linear_forward(a.fch, whole_rows(a.ln2), a.ln2_16, w.fc_w, w.fc_b, C, FI_);
-  stored(a.fch, static_cast<std::size_t>(N) * FI_);
-  mlp_activation(a.fch_gelu, a.fch);
+  mlp_activation(a.fch_gelu, a.fch); // stores fch: rounds it as it reads it (packing rounds too)
   product_input(a.fch_gelu, static_cast<std::size_t>(N) * F);
   linear_forward(partial_for(a.out), a.fch_gelu, a.fch_gelu16, w.fcp_w,
                  bias_here ? w.fcp_b : nullptr, F, C);
   reduce_partial(a.out);
-  stored(a.out, RC); // the MLP branch's output
-  be_.accumulate(a.out, a.res2, RC);
+  be_.residual_add(a.out, a.res2, RC, format_ == ActFormat::bf16); // the MLP branch's, the same
   // the block's output, stored between blocks (and stages); packing rounds it where it is kept
   // packed (every block's but the stage's last)
   if (a.out == work_.out.data() && format_ == ActFormat::bf16) return;
@@ -436,8 +434,7 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
   // whole rows of the output gradient, gathered)
   const float* g_dout = gather_into(s.g_dout, dout);
   linear_backward(d_fch_gelu_.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
-                  a.fch_gelu, a.fch_gelu16);
-  stored(d_fch_gelu_);
+                  a.fch_gelu, a.fch_gelu16); // stored by the activation's backward, as it reads it
   mlp_activation_backward(s.d_fch.data(), a.fch, d_fch_gelu_.data());
   product_input(s.d_fch.data(), s.d_fch.size());
   // column-parallel fc: sum the input gradient's shares

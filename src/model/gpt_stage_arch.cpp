@@ -57,17 +57,18 @@ void GptStage::finish_dqkv(float* d_qkv) {
 
 void GptStage::mlp_activation(float* h, const float* fch) const {
   if (llama_) {
-    be_.swiglu_forward(h, fch, N_, F_);
+    be_.swiglu_forward(h, fch, N_, F_, format_ == ActFormat::bf16);
   } else {
-    be_.gelu_forward(h, fch, static_cast<std::size_t>(N_) * F_);
+    be_.gelu_forward(h, fch, static_cast<std::size_t>(N_) * F_, format_ == ActFormat::bf16);
   }
 }
 
 void GptStage::mlp_activation_backward(float* d_fch, const float* fch, const float* dh) const {
   if (llama_) {
-    be_.swiglu_backward(d_fch, fch, dh, N_, F_);
+    be_.swiglu_backward(d_fch, fch, dh, N_, F_, format_ == ActFormat::bf16);
   } else {
-    be_.gelu_backward(d_fch, fch, dh, static_cast<std::size_t>(N_) * F_);
+    be_.gelu_backward(d_fch, fch, dh, static_cast<std::size_t>(N_) * F_,
+                      format_ == ActFormat::bf16);
   }
 }
 

@@ -341,12 +341,18 @@ void check_llama(int b, int t, int hd) {
              dh = random(static_cast<std::size_t>(n) * f, -1, 1, 47);
   std::vector<float> h(static_cast<std::size_t>(n) * f), dgu(gu.size());
   Dev<float> d_gu(gu), d_dh(dh), d_h(h), d_dgu(dgu);
-  ho::swiglu_forward(h.data(), gu.data(), n, f);
-  co::swiglu_forward(d_h.p, d_gu.p, n, f);
+  ho::swiglu_forward(h.data(), gu.data(), n, f, false);
+  co::swiglu_forward(d_h.p, d_gu.p, n, f, false);
   expect_close("swiglu_forward" + tag, d_h.host(), h);
-  ho::swiglu_backward(dgu.data(), gu.data(), dh.data(), n, f);
-  co::swiglu_backward(d_dgu.p, d_gu.p, d_dh.p, n, f);
+  ho::swiglu_backward(dgu.data(), gu.data(), dh.data(), n, f, false);
+  co::swiglu_backward(d_dgu.p, d_gu.p, d_dh.p, n, f, false);
   expect_close("swiglu_backward" + tag, d_dgu.host(), dgu);
+  ho::swiglu_forward(h.data(), gu.data(), n, f, true); // rounding the inputs as read
+  co::swiglu_forward(d_h.p, d_gu.p, n, f, true);
+  expect_close("swiglu_forward (bf16 in)" + tag, d_h.host(), h);
+  ho::swiglu_backward(dgu.data(), gu.data(), dh.data(), n, f, true);
+  co::swiglu_backward(d_dgu.p, d_gu.p, d_dh.p, n, f, true);
+  expect_close("swiglu_backward (bf16 in)" + tag, d_dgu.host(), dgu);
 }
 
 void run() {
@@ -441,12 +447,26 @@ void run() {
     const auto a = random(n, -4, 4, 40), b = random(n, -1, 1, 41);
     std::vector<float> out(n);
     Dev<float> d_a(a), d_b(b), d_out(out);
-    ho::gelu_forward(out.data(), a.data(), n);
-    co::gelu_forward(d_out.p, d_a.p, n);
+    ho::gelu_forward(out.data(), a.data(), n, false);
+    co::gelu_forward(d_out.p, d_a.p, n, false);
     expect_close("gelu_forward" + tag, d_out.host(), out);
-    ho::gelu_backward(out.data(), a.data(), b.data(), n);
-    co::gelu_backward(d_out.p, d_a.p, d_b.p, n);
+    ho::gelu_backward(out.data(), a.data(), b.data(), n, false);
+    co::gelu_backward(d_out.p, d_a.p, d_b.p, n, false);
     expect_close("gelu_backward" + tag, d_out.host(), out);
+    for (const bool r : {true, false}) { // rounding as read, then not: the same as the host's
+      const std::string rt = r ? " (bf16 in)" : "";
+      ho::gelu_forward(out.data(), a.data(), n, r);
+      co::gelu_forward(d_out.p, d_a.p, n, r);
+      expect_close("gelu_forward" + rt + tag, d_out.host(), out);
+      ho::gelu_backward(out.data(), a.data(), b.data(), n, r);
+      co::gelu_backward(d_out.p, d_a.p, d_b.p, n, r);
+      expect_close("gelu_backward" + rt + tag, d_out.host(), out);
+      std::vector<float> sum = a;
+      Dev<float> d_sum(a);
+      ho::residual_add(sum.data(), b.data(), n, r);
+      co::residual_add(d_sum.p, d_b.p, n, r);
+      expect_close("residual_add" + rt + tag, d_sum.host(), sum);
+    }
     ho::add(out.data(), a.data(), b.data(), n);
     co::add(d_out.p, d_a.p, d_b.p, n);
     expect_close("add" + tag, d_out.host(), out);

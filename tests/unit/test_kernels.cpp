@@ -23,8 +23,8 @@ TEST(Kernels, FastExpIsAccurate) {
 TEST(Kernels, GeluMatchesTanhFormula) {
   std::vector<float> x, y(2001), dy(2001), ones(2001, 1.0f);
   for (int i = -1000; i <= 1000; ++i) x.push_back(static_cast<float>(i) * 0.01f);
-  ops::gelu_forward(y.data(), x.data(), x.size());
-  ops::gelu_backward(dy.data(), x.data(), ones.data(), x.size());
+  ops::gelu_forward(y.data(), x.data(), x.size(), false);
+  ops::gelu_backward(dy.data(), x.data(), ones.data(), x.size(), false);
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double v = x[i];
     const double u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
@@ -37,6 +37,47 @@ TEST(Kernels, GeluMatchesTanhFormula) {
     ASSERT_NEAR(y[i], want, 2e-6) << "x = " << v;
     ASSERT_NEAR(dy[i], dwant, 2e-6) << "x = " << v;
   }
+}
+
+// bf16_in rounds the inputs as they are read: the bits of rounding them first, then the fp32 op
+// (the activation format's round folded into the op that reads the tensor).
+TEST(Kernels, RoundOnReadEqualsRoundFirst) {
+  const std::size_t n = 4099; // odd: the loops' tails too
+  std::vector<float> x(n), d(n), r(n), xr(n), dr(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.1f;
+    d[i] = std::cos(0.11f * static_cast<float>(i)) * 0.7f;
+    r[i] = std::sin(0.05f * static_cast<float>(i));
+  }
+  xr = x;
+  dr = d;
+  ops::round_bf16(xr.data(), n);
+  ops::round_bf16(dr.data(), n);
+  const auto same = [&](const std::vector<float>& a, const std::vector<float>& b,
+                        const char* what) {
+    for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << what << " at " << i;
+  };
+  std::vector<float> got(n), want(n);
+  ops::gelu_forward(got.data(), x.data(), n, true);
+  ops::gelu_forward(want.data(), xr.data(), n, false);
+  same(got, want, "gelu_forward");
+  ops::gelu_backward(got.data(), x.data(), d.data(), n, true);
+  ops::gelu_backward(want.data(), xr.data(), dr.data(), n, false);
+  same(got, want, "gelu_backward");
+  got = x;
+  want = xr;
+  ops::residual_add(got.data(), r.data(), n, true);
+  ops::residual_add(want.data(), r.data(), n, false);
+  same(got, want, "residual_add");
+  const int N = 3, F = (static_cast<int>(n) - 1) / 6; // swiglu: (N, 2F) in, (N, F) out
+  std::vector<float> h(static_cast<std::size_t>(N) * F), hw(h.size());
+  std::vector<float> dg(static_cast<std::size_t>(N) * 2 * F), dgw(dg.size());
+  ops::swiglu_forward(h.data(), x.data(), N, F, true);
+  ops::swiglu_forward(hw.data(), xr.data(), N, F, false);
+  same(h, hw, "swiglu_forward");
+  ops::swiglu_backward(dg.data(), x.data(), d.data(), N, F, true);
+  ops::swiglu_backward(dgw.data(), xr.data(), dr.data(), N, F, false);
+  same(dg, dgw, "swiglu_backward");
 }
 
 TEST(Kernels, MatmulWithBiasMatchesLoops) {

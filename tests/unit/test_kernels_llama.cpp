@@ -165,9 +165,9 @@ TEST(KernelsLlama, SwigluForwardAndGradients) {
   };
   const std::vector<double> want = f(std::vector<double>(x.begin(), x.end()));
   std::vector<float> y(N * F), dx(N * 2 * F);
-  ops::swiglu_forward(y.data(), x.data(), N, F);
+  ops::swiglu_forward(y.data(), x.data(), N, F, false);
   for (int i = 0; i < N * F; ++i) ASSERT_NEAR(y[i], want[i], 1e-6) << i;
-  ops::swiglu_backward(dx.data(), x.data(), r.data(), N, F);
+  ops::swiglu_backward(dx.data(), x.data(), r.data(), N, F, false);
   const std::vector<double> g = numeric_grad(f, x, r);
   for (int i = 0; i < N * 2 * F; ++i) EXPECT_NEAR(dx[i], g[i], 1e-5) << i;
 }
