@@ -18,6 +18,10 @@ std::uint64_t name_hash(const std::string& s) {
   return h;
 }
 
+std::uint16_t* as_bf16(FloatBuffer& b) { // a kept buffer's packed values
+  return reinterpret_cast<std::uint16_t*>(b.data());
+}
+
 } // namespace
 
 GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp,
@@ -227,11 +231,10 @@ BlockView GptStage::view(BlockActivations& kept, bool last) {
                                                   : nullptr;
   v.out = at(kept.out, work_.out, bf16 && !last);
   if (packed_products_) {
-    const auto packed = [](FloatBuffer& b) { return reinterpret_cast<std::uint16_t*>(b.data()); };
-    v.ln1_16 = packed(kept.ln1);
-    v.atty16 = packed(kept.atty);
-    v.ln2_16 = packed(kept.ln2);
-    v.fch_gelu16 = packed(kept.fch_gelu);
+    v.ln1_16 = as_bf16(kept.ln1);
+    v.atty16 = as_bf16(kept.atty);
+    v.ln2_16 = as_bf16(kept.ln2);
+    v.fch_gelu16 = as_bf16(kept.fch_gelu);
   }
   return v;
 }
@@ -256,10 +259,6 @@ void packed_tensors(BlockActivations& kept, BlockActivations& work, Recompute rc
   }
   if (att16 && kept.att.size() > 0) f(kept.att, work.att);
   if (out) f(kept.out, work.out);
-}
-
-std::uint16_t* as_bf16(FloatBuffer& b) {
-  return reinterpret_cast<std::uint16_t*>(b.data());
 }
 
 } // namespace
@@ -331,8 +330,7 @@ void GptStage::block_forward(int i, const float* x, const BlockView& a) {
                  bias_here ? w.fcp_b : nullptr, F, C);
   reduce_partial(a.out);
   be_.residual_add(a.out, a.res2, RC, format_ == ActFormat::bf16); // the MLP branch's, the same
-  // the block's output, stored between blocks (and stages); packing rounds it where it is kept
-  // packed (every block's but the stage's last)
+  // the block's output, stored between blocks; packing rounds it where it is kept packed
   if (a.out == work_.out.data() && format_ == ActFormat::bf16) return;
   stored(a.out, RC);
 }
