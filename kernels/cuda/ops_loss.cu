@@ -21,12 +21,15 @@ namespace {
 // load (V a multiple of 4, rows 16-byte aligned).
 template <bool Vec, bool Grad>
 __global__ void crossentropy_forward_k(float* losses, float* probs, const float* logits,
-                                       const int32_t* targets, int V, float dloss) {
+                                       const int32_t* targets, int V, float dloss, bool bf16) {
   __shared__ float shared[32];
   const std::size_t n = blockIdx.x;
   const float* z = logits + n * V;
   float* p = probs + n * V;
-  const float z_target = z[targets[n]]; // read before p may overwrite z
+  // bf16: each logit rounded to bfloat16 as it is read (the activation format's round)
+  const auto r = [bf16](float x) { return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x; };
+  const auto r4 = [&](float4 x) { return make_float4(r(x.x), r(x.y), r(x.z), r(x.w)); };
+  const float z_target = r(z[targets[n]]); // read before p may overwrite z
   float m = -INFINITY, s = 0.0f;
   auto add = [&](float x) { // x <= m
     s += expf(x - m);
@@ -34,7 +37,7 @@ __global__ void crossentropy_forward_k(float* losses, float* probs, const float*
   if constexpr (Vec) {
     const float4* z4 = reinterpret_cast<const float4*>(z);
     for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
-      const float4 x = z4[i];
+      const float4 x = r4(z4[i]);
       const float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
       if (mx > m) {
         s *= expf(m - mx);
@@ -47,7 +50,7 @@ __global__ void crossentropy_forward_k(float* losses, float* probs, const float*
     }
   } else {
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
-      const float x = z[i];
+      const float x = r(z[i]);
       if (x > m) {
         s = s * expf(m - x) + 1.0f;
         m = x;
@@ -72,12 +75,12 @@ __global__ void crossentropy_forward_k(float* losses, float* probs, const float*
     const float4* z4 = reinterpret_cast<const float4*>(z);
     float4* p4 = reinterpret_cast<float4*>(p);
     for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
-      const float4 x = z4[i];
+      const float4 x = r4(z4[i]);
       p4[i] = make_float4(out(x.x, 4 * i), out(x.y, 4 * i + 1), out(x.z, 4 * i + 2),
                           out(x.w, 4 * i + 3));
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = out(z[i], i);
+    for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = out(r(z[i]), i);
   }
   if (threadIdx.x == 0) losses[n] = logf(s) + mx - z_target;
 }
@@ -159,16 +162,16 @@ namespace {
 
 template <bool Grad>
 void crossentropy_rows(float* losses, float* out, const float* logits, const int32_t* targets,
-                       float dloss, int N, int V, const char* what) {
+                       float dloss, int N, int V, bool bf16, const char* what) {
   ready();
   if (N == 0 || V == 0) return;
   const std::size_t n = static_cast<std::size_t>(N) * V;
   if (V % 4 == 0 && by4(n, {out, logits})) {
-    crossentropy_forward_k<true, Grad>
-        <<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, out, logits, targets, V, dloss);
+    crossentropy_forward_k<true, Grad><<<static_cast<unsigned>(N), 512, 0, g.stream>>>(
+        losses, out, logits, targets, V, dloss, bf16);
   } else {
-    crossentropy_forward_k<false, Grad>
-        <<<static_cast<unsigned>(N), 512, 0, g.stream>>>(losses, out, logits, targets, V, dloss);
+    crossentropy_forward_k<false, Grad><<<static_cast<unsigned>(N), 512, 0, g.stream>>>(
+        losses, out, logits, targets, V, dloss, bf16);
   }
   launched(what);
 }
@@ -176,13 +179,15 @@ void crossentropy_rows(float* losses, float* out, const float* logits, const int
 } // namespace
 
 void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
-                          int N, int V) {
-  crossentropy_rows<false>(losses, probs, logits, targets, 0.0f, N, V, "crossentropy_forward");
+                          int N, int V, bool bf16_in) {
+  crossentropy_rows<false>(losses, probs, logits, targets, 0.0f, N, V, bf16_in,
+                           "crossentropy_forward");
 }
 
 void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
-                                   const int32_t* targets, float dloss, int N, int V) {
-  crossentropy_rows<true>(losses, dlogits, logits, targets, dloss, N, V,
+                                   const int32_t* targets, float dloss, int N, int V,
+                                   bool bf16_in) {
+  crossentropy_rows<true>(losses, dlogits, logits, targets, dloss, N, V, bf16_in,
                           "crossentropy_forward_backward");
 }
 

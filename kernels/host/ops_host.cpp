@@ -389,16 +389,17 @@ void sum_squares_each(double* out, const float* x, const std::size_t* offsets,
 // ---- loss -----------------------------------------------------------------------------------
 
 void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
-                          int N, int V) {
+                          int N, int V, bool bf16_in) {
   par_rows("crossentropy_forward", N, V, [=](std::size_t n) {
     const float* z = logits + n * V;
     float* p = probs + n * V;
-    const float z_target = z[targets[n]]; // read before p may overwrite z (in-place use)
-    float mx = z[0];
-    for (int i = 1; i < V; ++i) mx = std::max(mx, z[i]);
+    const auto at = [&](int i) { return bf16_in ? bf16::round(z[i]) : z[i]; };
+    const float z_target = at(targets[n]); // read before p may overwrite z (in-place use)
+    float mx = at(0);
+    for (int i = 1; i < V; ++i) mx = std::max(mx, at(i));
     float s = 0.0f;
     for (int i = 0; i < V; ++i) {
-      p[i] = fast_exp(z[i] - mx);
+      p[i] = fast_exp(at(i) - mx);
       s += p[i];
     }
     const float inv = 1.0f / s;
@@ -420,8 +421,9 @@ void crossentropy_backward(float* dlogits, const float* probs, const int32_t* ta
 }
 
 void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits,
-                                   const int32_t* targets, float dloss, int N, int V) {
-  crossentropy_forward(losses, dlogits, logits, targets, N, V);
+                                   const int32_t* targets, float dloss, int N, int V,
+                                   bool bf16_in) {
+  crossentropy_forward(losses, dlogits, logits, targets, N, V, bf16_in);
   crossentropy_backward(dlogits, dlogits, targets, dloss, N, V, 0);
 }
 

@@ -76,10 +76,6 @@ void GptStage::stored(float* x, std::size_t n) const {
   if (format_ == ActFormat::bf16) be_.round_bf16(x, n);
 }
 
-void GptStage::product_input(float* x, std::size_t n) const {
-  if (be_.bf16_products == nullptr || !be_.bf16_products()) stored(x, n);
-}
-
 void GptStage::layer_done(int layer) const {
   if (!weight_grad_hook_) return;
   be_.synchronize(); // the hook may start MPI on these gradients
@@ -356,17 +352,18 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
   }
   const float* x = block_input(a, static_cast<int>(a.blocks.size()));
   norm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x, e.lnf_w, e.lnf_b);
-  stored(a.lnf);
+  product_input(a.lnf.data(), a.lnf.size());
   be_.matmul_forward(a.probs.data(), whole_rows(a.lnf.data()), e.lm_head, nullptr, N_, C_, V_);
-  stored(a.probs); // the logits; the loss is computed in fp32 from them
+  const bool bf16 = format_ == ActFormat::bf16; // the logits, stored: the loss rounds as it reads
+  if (tp_.size > 1) stored(a.probs);            // (the vocabulary-parallel pieces do not)
   a.dlogits_scale = tp_.size == 1 ? loss_scale : 0.0f;
   if (a.dlogits_scale != 0.0f) { // the cross-entropy's backward too, in the same pass
     be_.crossentropy_forward_backward(a.losses.data(), a.probs.data(), a.probs.data(),
-                                      a.targets.data(), loss_scale, N_, V_);
+                                      a.targets.data(), loss_scale, N_, V_, bf16);
     product_input(a.probs.data(), a.probs.size()); // d logits: read by the head's products
   } else if (tp_.size == 1) {
     be_.crossentropy_forward(a.losses.data(), a.probs.data(), a.probs.data(), a.targets.data(), N_,
-                             V_);
+                             V_, bf16);
   } else {
     // vocabulary-parallel cross-entropy: no rank holds all logits; max, then the target's logit
     // and the exp-sum are all-reduced over the tp group

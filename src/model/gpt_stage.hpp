@@ -223,7 +223,9 @@ private:
   void stored(FloatBuffer& x) const { stored(x.data(), x.size()); }
   // stored() for a tensor whose only readers are products and attention (and the packing, which
   // rounds): skipped where the backend's products round their inputs themselves (bf16_products)
-  void product_input(float* x, std::size_t n) const;
+  void product_input(float* x, std::size_t n) const {
+    if (be_.bf16_products == nullptr || !be_.bf16_products()) stored(x, n);
+  }
 
   ModelConfig model_;
   StageSpec spec_;

@@ -500,8 +500,9 @@ void run() {
     const auto logits = random(nv, -5, 5, 50);
     std::vector<float> probs = logits, losses(N);
     Dev<float> d_probs(probs), d_losses(losses);
-    ho::crossentropy_forward(losses.data(), probs.data(), probs.data(), targets.data(), N, v);
-    co::crossentropy_forward(d_losses.p, d_probs.p, d_probs.p, d_targets.p, N, v);
+    ho::crossentropy_forward(losses.data(), probs.data(), probs.data(), targets.data(), N, v,
+                             false);
+    co::crossentropy_forward(d_losses.p, d_probs.p, d_probs.p, d_targets.p, N, v, false);
     expect_close("crossentropy_forward losses" + tag, d_losses.host(), losses);
     expect_close("crossentropy_forward probs" + tag, d_probs.host(), probs);
     ho::crossentropy_backward(probs.data(), probs.data(), targets.data(), 0.01f, N, v);
@@ -511,9 +512,19 @@ void run() {
     std::vector<float> fused = logits, fused_losses(N);
     Dev<float> d_fused(fused), d_fused_losses(fused_losses);
     co::crossentropy_forward_backward(d_fused_losses.p, d_fused.p, d_fused.p, d_targets.p, 0.01f, N,
-                                      v);
+                                      v, false);
     expect_close("crossentropy_forward_backward losses" + tag, d_fused_losses.host(), losses);
     expect_close("crossentropy_forward_backward dlogits" + tag, d_fused.host(), probs);
+    // the logits rounded to bf16 as they are read, against the host's
+    std::vector<float> r16 = logits, r16_losses(N);
+    ho::crossentropy_forward(r16_losses.data(), r16.data(), r16.data(), targets.data(), N, v, true);
+    ho::crossentropy_backward(r16.data(), r16.data(), targets.data(), 0.01f, N, v);
+    Dev<float> d_r16(logits), d_r16_losses(r16_losses);
+    co::crossentropy_forward_backward(d_r16_losses.p, d_r16.p, d_r16.p, d_targets.p, 0.01f, N, v,
+                                      true);
+    expect_close("crossentropy_forward_backward losses (bf16 in)" + tag, d_r16_losses.host(),
+                 r16_losses);
+    expect_close("crossentropy_forward_backward dlogits (bf16 in)" + tag, d_r16.host(), r16);
   }
   { // cross-entropy in pieces over a vocabulary slice
     const std::size_t nv = static_cast<std::size_t>(N) * V;

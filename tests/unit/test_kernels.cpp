@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "host/fast_math.hpp"
@@ -78,6 +79,16 @@ TEST(Kernels, RoundOnReadEqualsRoundFirst) {
   ops::swiglu_backward(dg.data(), x.data(), d.data(), N, F, true);
   ops::swiglu_backward(dgw.data(), xr.data(), dr.data(), N, F, false);
   same(dg, dgw, "swiglu_backward");
+  const int V = 1366; // cross-entropy over 3 rows of x, in place as the stage runs it
+  std::vector<std::int32_t> targets{5, 700, 1365};
+  std::vector<float> ce(x.begin(), x.begin() + 3 * V), cew(xr.begin(), xr.begin() + 3 * V);
+  std::vector<float> loss(3), lossw(3);
+  ops::crossentropy_forward_backward(loss.data(), ce.data(), ce.data(), targets.data(), 0.5f, 3, V,
+                                     true);
+  ops::crossentropy_forward_backward(lossw.data(), cew.data(), cew.data(), targets.data(), 0.5f, 3,
+                                     V, false);
+  same(loss, lossw, "crossentropy_forward_backward losses");
+  same(ce, cew, "crossentropy_forward_backward d logits");
 }
 
 TEST(Kernels, MatmulWithBiasMatchesLoops) {
