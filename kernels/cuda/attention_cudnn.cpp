@@ -253,11 +253,9 @@ void finalize() {
 #else // built without cuDNN or the cudnn-frontend headers
 
 namespace {
+// set_attention refuses "cudnn" in such a build and supports() is false, so no call comes here
 [[noreturn]] void absent() {
-  throw std::runtime_error(
-      "device.attention = \"cudnn\": this build has no cuDNN attention (cuDNN 9 and the "
-      "cudnn-frontend headers were not both found at configure time; tools/setup-cudnn-frontend "
-      "installs the headers, docs/cuda.md)");
+  throw std::logic_error("cuDNN attention called in a build without it");
 }
 } // namespace
 

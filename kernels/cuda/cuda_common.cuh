@@ -149,6 +149,12 @@ inline unsigned blocks_for(std::size_t n, int threads = kThreads) {
   return static_cast<unsigned>(b < 65535u * 16u ? (b == 0 ? 1 : b) : 65535u * 16u);
 }
 
+// x rounded to the nearest bfloat16 (ties to even), kept in a float: the activation format's
+// round, and the bits a product's bf16 conversion gives (kernels/bf16.hpp on the host)
+__device__ inline float bf16_value(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
 // ---- reductions -----------------------------------------------------------------------------
 
 __device__ inline float warp_sum(float x) {

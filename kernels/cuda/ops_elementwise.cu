@@ -55,14 +55,10 @@ __global__ void encoder_backward_k(float* dwte, float* dwpe, const float* dout,
 // n and every pointer allow it (one 16-byte load per operand: fewer instructions in flight per
 // byte, which is what these memory-bound loops wait on)
 
-__device__ float to_bf16_value(float x) { // to the nearest bfloat16, ties to even, in a float
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-
 struct Gelu { // tanh approximation, as the host and GPT-2; bf16: the input rounded first
   bool bf16;
   __device__ float operator()(float x, float) const {
-    if (bf16) x = to_bf16_value(x);
+    if (bf16) x = bf16_value(x);
     const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
     return 0.5f * x * (1.0f + t);
   }
@@ -72,8 +68,8 @@ struct GeluGrad { // d gelu(x) / dx times the incoming gradient d; bf16: both ro
   bool bf16;
   __device__ float operator()(float x, float d) const {
     if (bf16) {
-      x = to_bf16_value(x);
-      d = to_bf16_value(d);
+      x = bf16_value(x);
+      d = bf16_value(d);
     }
     const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
@@ -87,13 +83,13 @@ struct Axpby { // add: 1, 1; accumulate: out = x = acc; scale: b = 0, no y
 };
 
 struct RoundBf16 { // to the nearest bfloat16, ties to even, kept in a float
-  __device__ float operator()(float x, float) const { return to_bf16_value(x); }
+  __device__ float operator()(float x, float) const { return bf16_value(x); }
 };
 
 struct ResidualAdd { // the branch (rounded first at bf16) plus the residual
   bool bf16;
   __device__ float operator()(float branch, float x) const {
-    return (bf16 ? to_bf16_value(branch) : branch) + x;
+    return (bf16 ? bf16_value(branch) : branch) + x;
   }
 };
 

@@ -35,7 +35,7 @@ __global__ void rope_k(float* x, int N, int T, int stride, int heads, int HD, fl
 }
 
 __device__ float read(const float* p, std::size_t i, bool bf16) { // bf16: rounded, ties to even
-  return bf16 ? __bfloat162float(__float2bfloat16_rn(p[i])) : p[i];
+  return bf16 ? bf16_value(p[i]) : p[i];
 }
 
 __global__ void swiglu_forward_k(float* out, const float* inp, int N, int F, bool bf16) {

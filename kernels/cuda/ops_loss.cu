@@ -27,7 +27,7 @@ __global__ void crossentropy_forward_k(float* losses, float* probs, const float*
   const float* z = logits + n * V;
   float* p = probs + n * V;
   // bf16: each logit rounded to bfloat16 as it is read (the activation format's round)
-  const auto r = [bf16](float x) { return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x; };
+  const auto r = [bf16](float x) { return bf16 ? bf16_value(x) : x; };
   const auto r4 = [&](float4 x) { return make_float4(r(x.x), r(x.y), r(x.z), r(x.w)); };
   const float z_target = r(z[targets[n]]); // read before p may overwrite z
   float m = -INFINITY, s = 0.0f;
