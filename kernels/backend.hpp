@@ -54,6 +54,9 @@ struct Backend {
   // Floats of the att buffer attention_forward fills for its backward: B*NH*T*T (the
   // probabilities) on the host; a GPU's flash kernels keep less (kernels/cuda/ops_cuda.hpp).
   std::size_t (*attention_floats)(int B, int T, int C, int NH);
+  // True where att also keeps a copy of qkv, so attention_backward does not read its qkv
+  // argument (a GPU's cuDNN or flash attention; null: false, as on the host).
+  bool (*attention_keeps_qkv)(int B, int T, int C, int NH);
   // Floats of attention_backward's scratch: a (T,T) tile per thread on the host (at most B*NH).
   std::size_t (*attention_scratch)(int B, int T, int NH);
   // True where the matrix products and attention convert their fp32 inputs to bfloat16 (round

@@ -31,6 +31,7 @@ const Backend& start(int device, const std::string& precision, const std::string
                              .mark = cuda_ops::mark,
                              .seconds = cuda_ops::seconds,
                              .attention_floats = cuda_ops::attention_floats,
+                             .attention_keeps_qkv = cuda_ops::attention_keeps_qkv,
                              .attention_scratch = attention_scratch,
                              .bf16_products = cuda_ops::bf16_products,
 #define PT_CUDA_OP(op) .op = cuda_ops::op,

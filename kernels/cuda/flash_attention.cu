@@ -394,9 +394,13 @@ std::size_t kept_bytes(int B, int T, int C, int NH) {
   return kept.end <= att_bytes(B, T, NH) ? kept.end : kept.qkv16;
 }
 
+bool keeps_qkv(int B, int T, int C, int NH) {
+  return Kept(B, T, C, NH).end <= att_bytes(B, T, NH);
+}
+
 const bf16* qkv_copy(const float* att, int B, int T, int C, int NH) {
-  const Kept kept(B, T, C, NH);
-  return kept.end <= att_bytes(B, T, NH) ? at_byte<const bf16>(att, kept.qkv16) : nullptr;
+  if (!keeps_qkv(B, T, C, NH)) return nullptr;
+  return at_byte<const bf16>(att, Kept(B, T, C, NH).qkv16);
 }
 
 bf16* qkv_copy(float* att, int B, int T, int C, int NH) {

@@ -24,9 +24,11 @@ bool takes(int B, int T, int C, int NH);
 // Bytes of att that the forward fills (a prefix of the B*NH*T*T floats of the contract).
 std::size_t kept_bytes(int B, int T, int C, int NH);
 
-// Where in att the bf16 copy of qkv (B, T, 3C) is kept, or nullptr where it does not fit. The
+// Whether att keeps a bf16 copy of qkv (B, T, 3C) at this shape, and where (qkv_copy; nullptr
+// where it does not fit). The
 // caller writes it before the forward, and the backward reads q, k and v from it instead of
 // converting qkv again (the ops' contract has the backward run on the qkv its forward saw).
+bool keeps_qkv(int B, int T, int C, int NH);
 __nv_bfloat16* qkv_copy(float* att, int B, int T, int C, int NH);
 const __nv_bfloat16* qkv_copy(const float* att, int B, int T, int C, int NH);
 

@@ -161,6 +161,19 @@ std::size_t attention_floats(int B, int T, int C, int NH) {
   return g.bf16 ? (probs + 1) / 2 : probs; // bf16: P kept in bf16, two to a float
 }
 
+bool attention_keeps_qkv(int B, int T, int C, int NH) {
+  ready();
+  switch (path(B, T, C, NH)) {
+  case Path::cudnn:
+    return true;
+  case Path::flash:
+    return flash::keeps_qkv(B, T, C, NH);
+  case Path::gemm:
+    break;
+  }
+  return false;
+}
+
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   ready();
   if (B == 0 || T == 0) return;

@@ -65,6 +65,9 @@ void restart_marks();
 // Floats the att buffer of attention_forward needs at the current precision: B*NH*T*T, or,
 // where the flash kernels take the shape, what they keep (row statistics and bf16 copies).
 std::size_t attention_floats(int B, int T, int C, int NH);
+// Whether the att buffer keeps its own bf16 copy of qkv for the backward (cuDNN's attention, and
+// the flash kernels where it fits): attention_backward then does not read its qkv argument.
+bool attention_keeps_qkv(int B, int T, int C, int NH);
 // precision bf16: every product and attention call converts its fp32 inputs to bf16 (Backend)
 bool bf16_products();
 

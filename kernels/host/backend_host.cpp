@@ -54,6 +54,7 @@ const Backend& host_backend() {
                              .mark = nullptr,
                              .seconds = nullptr,
                              .attention_floats = attention_floats,
+                             .attention_keeps_qkv = nullptr, // no copy of qkv in att
                              .attention_scratch = ops::attention_scratch_floats,
                              .bf16_products = nullptr, // fp32 products: rounds are kept
 #define PT_HOST_OP(op) .op = ops::op,

@@ -80,12 +80,14 @@ struct StageStash {
 // (the backend's attention_floats: the probabilities on the host, less with flash attention).
 // packed: the bf16 activation format, whose bf16 tensors are kept two to a float; att16: att
 // holds the attention probabilities (B*NH*T*T, the host's attention; not a GPU's flash
-// statistics), which it then keeps in bf16 too.
+// statistics), which it then keeps in bf16 too. qkv_in_att: att also keeps a copy of qkv (the
+// backend's attention_keeps_qkv), so a block that keeps att does not keep qkv.
 struct StageShapes {
   std::size_t B, T, C, Ct, NH, QKV, F, FI, V, N, R, stats, att;
-  bool sp, packed, att16;
+  bool sp, packed, att16, qkv_in_att;
   StageShapes(const ModelConfig& m, int micro_batch, int tp, bool sequence_parallel,
-              std::size_t attention_floats, ActFormat format = ActFormat::fp32)
+              std::size_t attention_floats, ActFormat format = ActFormat::fp32,
+              bool attention_keeps_qkv = false)
       : B(static_cast<std::size_t>(micro_batch)), T(static_cast<std::size_t>(m.seq_len)),
         C(static_cast<std::size_t>(m.d_model)), Ct(C / static_cast<std::size_t>(tp)),
         NH(static_cast<std::size_t>(m.n_head / tp)),
@@ -95,7 +97,7 @@ struct StageShapes {
         R(sequence_parallel && tp > 1 ? N / static_cast<std::size_t>(tp) : N),
         stats(m.arch == Arch::llama ? 0 : R), att(attention_floats),
         sp(sequence_parallel && tp > 1), packed(format == ActFormat::bf16),
-        att16(packed && att == B * NH * T * T) {}
+        att16(packed && att == B * NH * T * T), qkv_in_att(attention_keeps_qkv) {}
   // floats that hold n values kept in the format: n, or n bf16 values two to a float
   std::size_t kept(std::size_t n) const { return packed ? (n + 1) / 2 : n; }
 };
@@ -113,7 +115,7 @@ void block_activation_buffers(BlockActivations& k, const StageShapes& s, Recompu
   f(k.ln1, s.kept(s.R * s.C));
   f(k.ln1_mean, s.stats);
   f(k.ln1_rstd, s.R);
-  f(k.qkv, s.kept(s.N * s.QKV));
+  if (rc == Recompute::selective || !s.qkv_in_att) f(k.qkv, s.kept(s.N * s.QKV));
   if (rc != Recompute::selective) { // selective: recomputed in the backward
     f(k.att, s.att16 ? s.kept(s.att) : s.att);
   }

@@ -52,6 +52,7 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
   }
   if (format_ == ActFormat::bf16) x_work_ = FloatBuffer(static_cast<std::size_t>(R_) * C_, mem_);
   att16_ = shapes().att16;
+  qkv_in_att_ = shapes().qkv_in_att && recompute_ == Recompute::none;
   packed_products_ = format_ == ActFormat::bf16 && be_.bf16_products != nullptr &&
                      be_.bf16_products() && !sp_ && recompute_ != Recompute::full;
   if (spec_.last && tied(model_)) {
@@ -192,8 +193,10 @@ void GptStage::fold_tied_head_grad() {
 }
 
 StageShapes GptStage::shapes() const {
+  const bool keeps_qkv = format_ == ActFormat::bf16 && be_.attention_keeps_qkv != nullptr &&
+                         be_.attention_keeps_qkv(B_, T_, Ct_, NH_);
   return StageShapes(model_, B_, tp_.size, tp_.sequence_parallel,
-                     be_.attention_floats(B_, T_, Ct_, NH_), format_);
+                     be_.attention_floats(B_, T_, Ct_, NH_), format_, keeps_qkv);
 }
 
 BlockActivations GptStage::make_block_activations() const {
@@ -212,7 +215,7 @@ BlockView GptStage::view(BlockActivations& kept, bool last) {
   const bool stored16 = full || bf16; // not kept, or kept packed
   BlockView v{};
   v.ln1 = at(kept.ln1, work_.ln1, stored16);
-  v.qkv = at(kept.qkv, work_.qkv, stored16);
+  v.qkv = at(kept.qkv, work_.qkv, stored16 || kept.qkv.size() == 0); // or in att's copy
   v.atty = at(kept.atty, work_.atty, stored16);
   v.ln2 = at(kept.ln2, work_.ln2, stored16);
   v.fch = at(kept.fch, work_.fch, stored16);
@@ -244,7 +247,7 @@ template <class Fn>
 void packed_tensors(BlockActivations& kept, BlockActivations& work, Recompute rc, bool early,
                     bool out, bool att16, Fn&& f) {
   if (rc != Recompute::full) {
-    f(kept.qkv, work.qkv);
+    if (kept.qkv.size() > 0) f(kept.qkv, work.qkv); // else att keeps it
     f(kept.fch, work.fch);
     if (!early) {
       for (auto m : {&BlockActivations::ln1, &BlockActivations::atty, &BlockActivations::ln2,
@@ -441,7 +444,7 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
   norm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd);
   // attention branch; selective: the probabilities again (d_atty_ holds the unused output)
   float* att = a.att != nullptr ? a.att : att_work_.data();
-  const float* qkv = attention_qkv(a.qkv);
+  const float* qkv = a.att != nullptr && qkv_in_att_ ? nullptr : attention_qkv(a.qkv); // in att
   if (a.att == nullptr) {
     be_.attention_forward(d_atty_.data(), att, qkv, B_, T_, Ct, NH_);
     if (att16_) stored(att, work_.att.size()); // as the forward stored them

@@ -255,6 +255,7 @@ private:
   // products read them packed, in the forward and in the backward (none is widened again)
   bool packed_products_ = false;
   ActFormat format_;
+  bool qkv_in_att_ = false;    // att keeps a copy of qkv for the backward: qkv is not kept
   bool att16_ = false;         // bf16 and att holds the probabilities: they are stored in bf16 too
   FloatBuffer att_work_;       // (B,NH,T,T) selective: the probabilities of the block at hand
   BlockActivations work_;      // full, bf16: every activation of the block at hand, fp32
