@@ -28,7 +28,8 @@
   X(matmul_forward) X(matmul_backward_input) X(matmul_backward_weight) X(matmul_backward)    \
   X(matmul_forward_packed) X(matmul_backward_packed)                                          \
   X(attention_forward) X(attention_backward)                                                  \
-  X(gelu_forward) X(gelu_backward) X(add) X(accumulate) X(residual_add) X(zero) X(scale)      \
+  X(gelu_forward) X(gelu_backward) X(gelu_forward_packed) X(gelu_backward_packed)            \
+  X(add) X(accumulate) X(residual_add) X(zero) X(scale)                                       \
   X(sum_squares)                                                                              \
   X(round_bf16) X(pack_bf16) X(unpack_bf16) X(sum_squares_each)                              \
   X(crossentropy_forward) X(crossentropy_backward) X(crossentropy_forward_backward)           \

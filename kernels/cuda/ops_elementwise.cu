@@ -51,6 +51,13 @@ __global__ void encoder_backward_k(float* dwte, float* dwpe, const float* dout,
   }
 }
 
+bool aligned8(std::initializer_list<const void*> ps) { // packed bf16: 4 values in 8 bytes
+  for (const void* p : ps) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0) return false;
+  }
+  return true;
+}
+
 // ---- elementwise maps: out[i] = f(a[i], b[i]) (b absent: f(a[i], 0)), 4 floats at a time where
 // n and every pointer allow it (one 16-byte load per operand: fewer instructions in flight per
 // byte, which is what these memory-bound loops wait on)
@@ -93,17 +100,73 @@ struct ResidualAdd { // the branch (rounded first at bf16) plus the residual
   }
 };
 
-__global__ void pack_bf16_k(std::uint16_t* out, const float* x, std::size_t n) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
-  }
+__device__ float widened(std::uint16_t h) {
+  return __bfloat162float(__ushort_as_bfloat16(h));
 }
 
 __global__ void unpack_bf16_k(float* out, const std::uint16_t* x, std::size_t n) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    out[i] = __bfloat162float(__ushort_as_bfloat16(x[i]));
+    out[i] = widened(x[i]);
+  }
+}
+
+// 4 values a thread: one 8-byte load, one 16-byte store
+__global__ void unpack_bf16_4k(float4* out, const ushort4* x, std::size_t n4) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const ushort4 v = x[i];
+    out[i] = make_float4(widened(v.x), widened(v.y), widened(v.z), widened(v.w));
+  }
+}
+
+// GELU of x = bf16(inp): inp16 keeps x, out16 bf16(gelu(x)), 4 values a thread where aligned
+__device__ void gelu_packed(std::uint16_t& out16, std::uint16_t& inp16, float x) {
+  const bf16 h = __float2bfloat16_rn(x);
+  inp16 = __bfloat16_as_ushort(h);
+  out16 = __bfloat16_as_ushort(__float2bfloat16_rn(Gelu{false}(__bfloat162float(h), 0.0f)));
+}
+
+__global__ void gelu_forward_packed_k(std::uint16_t* out16, std::uint16_t* inp16, const float* inp,
+                                      std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    gelu_packed(out16[i], inp16[i], inp[i]);
+  }
+}
+
+__global__ void gelu_forward_packed4_k(ushort4* out16, ushort4* inp16, const float4* inp,
+                                       std::size_t n4) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const float4 x = inp[i];
+    ushort4 o, h;
+    gelu_packed(o.x, h.x, x.x);
+    gelu_packed(o.y, h.y, x.y);
+    gelu_packed(o.z, h.z, x.z);
+    gelu_packed(o.w, h.w, x.w);
+    out16[i] = o;
+    inp16[i] = h;
+  }
+}
+
+__global__ void gelu_backward_packed_k(float* dinp, const std::uint16_t* inp16, const float* dout,
+                                       std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    dinp[i] = GeluGrad{true}(widened(inp16[i]), dout[i]);
+  }
+}
+
+__global__ void gelu_backward_packed4_k(float4* dinp, const ushort4* inp16, const float4* dout,
+                                        std::size_t n4) {
+  const GeluGrad f{true};
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const ushort4 h = inp16[i];
+    const float4 d = dout[i];
+    dinp[i] = make_float4(f(widened(h.x), d.x), f(widened(h.y), d.y), f(widened(h.z), d.z),
+                          f(widened(h.w), d.w));
   }
 }
 
@@ -199,6 +262,34 @@ void scale(float* x, float s, std::size_t n) {
   map(x, x, nullptr, n, Axpby{s, 0.0f}, "scale");
 }
 
+void gelu_forward_packed(std::uint16_t* out16, std::uint16_t* inp16, const float* inp,
+                         std::size_t n) {
+  ready();
+  if (n == 0) return;
+  if (by4(n, {inp}) && aligned8({out16, inp16})) {
+    gelu_forward_packed4_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
+        reinterpret_cast<ushort4*>(out16), reinterpret_cast<ushort4*>(inp16),
+        reinterpret_cast<const float4*>(inp), n / 4);
+  } else {
+    gelu_forward_packed_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out16, inp16, inp, n);
+  }
+  launched("gelu_forward_packed");
+}
+
+void gelu_backward_packed(float* dinp, const std::uint16_t* inp16, const float* dout,
+                          std::size_t n) {
+  ready();
+  if (n == 0) return;
+  if (by4(n, {dinp, dout}) && aligned8({inp16})) {
+    gelu_backward_packed4_k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
+        reinterpret_cast<float4*>(dinp), reinterpret_cast<const ushort4*>(inp16),
+        reinterpret_cast<const float4*>(dout), n / 4);
+  } else {
+    gelu_backward_packed_k<<<blocks_for(n), kThreads, 0, g.stream>>>(dinp, inp16, dout, n);
+  }
+  launched("gelu_backward_packed");
+}
+
 void round_bf16(float* x, std::size_t n) {
   map(x, x, nullptr, n, RoundBf16{}, "round_bf16");
 }
@@ -206,14 +297,18 @@ void round_bf16(float* x, std::size_t n) {
 void pack_bf16(std::uint16_t* out, const float* x, std::size_t n) {
   ready();
   if (n == 0) return;
-  pack_bf16_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, x, n);
-  launched("pack_bf16");
+  to_bf16(reinterpret_cast<bf16*>(out), x, n, 1, 1, "pack_bf16"); // 4 at a time where aligned
 }
 
 void unpack_bf16(float* out, const std::uint16_t* x, std::size_t n) {
   ready();
   if (n == 0) return;
-  unpack_bf16_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, x, n);
+  if (by4(n, {out}) && aligned8({x})) {
+    unpack_bf16_4k<<<blocks_for(n / 4), kThreads, 0, g.stream>>>(
+        reinterpret_cast<float4*>(out), reinterpret_cast<const ushort4*>(x), n / 4);
+  } else {
+    unpack_bf16_k<<<blocks_for(n), kThreads, 0, g.stream>>>(out, x, n);
+  }
   launched("unpack_bf16");
 }
 

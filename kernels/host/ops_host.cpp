@@ -290,24 +290,51 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 
 // ---- elementwise ----------------------------------------------------------------------------
 
+namespace {
+
+float gelu(float x) {
+  const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+  return 0.5f * x * (1.0f + t);
+}
+
+float gelu_grad(float x, float d) { // d gelu(x) / dx times d
+  const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return d * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+}
+
+} // namespace
+
 void gelu_forward(float* out, const float* inp, std::size_t n, bool bf16_in) {
   par_chunks("gelu_forward", n, [=](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) {
-      const float x = bf16_in ? bf16::round(inp[i]) : inp[i];
-      const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
-      out[i] = 0.5f * x * (1.0f + t);
-    }
+    for (std::size_t i = i0; i < i1; ++i) out[i] = gelu(bf16_in ? bf16::round(inp[i]) : inp[i]);
   });
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, bool bf16_in) {
   par_chunks("gelu_backward", n, [=](std::size_t i0, std::size_t i1) {
     for (std::size_t i = i0; i < i1; ++i) {
-      const float x = bf16_in ? bf16::round(inp[i]) : inp[i];
-      const float d = bf16_in ? bf16::round(dout[i]) : dout[i];
-      const float t = fast_tanh(kGeluScale * (x + kGeluCubic * x * x * x));
-      const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-      dinp[i] = d * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+      dinp[i] = bf16_in ? gelu_grad(bf16::round(inp[i]), bf16::round(dout[i]))
+                        : gelu_grad(inp[i], dout[i]);
+    }
+  });
+}
+
+void gelu_forward_packed(std::uint16_t* out16, std::uint16_t* inp16, const float* inp,
+                         std::size_t n) {
+  par_chunks("gelu_forward_packed", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      inp16[i] = bf16::from_float(inp[i]);
+      out16[i] = bf16::from_float(gelu(bf16::to_float(inp16[i])));
+    }
+  });
+}
+
+void gelu_backward_packed(float* dinp, const std::uint16_t* inp16, const float* dout,
+                          std::size_t n) {
+  par_chunks("gelu_backward_packed", n, [=](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) {
+      dinp[i] = gelu_grad(bf16::to_float(inp16[i]), bf16::round(dout[i]));
     }
   });
 }

@@ -37,8 +37,9 @@ struct BlockView {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
       *fch_gelu, *out;
   // The kept packed copies of the four product inputs (ln1, atty, ln2, fch_gelu) where the
-  // products read them packed (GptStage::packed_products_), else null.
-  std::uint16_t *ln1_16, *atty16, *ln2_16, *fch_gelu16;
+  // products read them packed (GptStage::packed_products_), else null; fch16: fch's, which
+  // gpt2's GELU then writes packed as it reads fch (else null).
+  std::uint16_t *ln1_16, *atty16, *ln2_16, *fch_gelu16, *fch16;
 };
 
 // One micro-batch in flight through a stage.

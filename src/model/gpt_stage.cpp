@@ -234,6 +234,7 @@ BlockView GptStage::view(BlockActivations& kept, bool last) {
     v.atty16 = as_bf16(kept.atty);
     v.ln2_16 = as_bf16(kept.ln2);
     v.fch_gelu16 = as_bf16(kept.fch_gelu);
+    if (!llama_) v.fch16 = as_bf16(kept.fch);
   }
   return v;
 }
@@ -241,14 +242,14 @@ BlockView GptStage::view(BlockActivations& kept, bool last) {
 namespace {
 
 // f(kept buffer, working copy's buffer) for each tensor the bf16 format keeps packed and the
-// forward has not packed already (early: the products' inputs, with packed products; out: the
-// block's output; att16: the attention probabilities, where they are kept)
+// forward has not packed already (early: the products' inputs, with packed products, and gpt2's
+// fch; out: the block's output; att16: the attention probabilities, where they are kept)
 template <class Fn>
 void packed_tensors(BlockActivations& kept, BlockActivations& work, Recompute rc, bool early,
-                    bool out, bool att16, Fn&& f) {
+                    bool fch_early, bool out, bool att16, Fn&& f) {
   if (rc != Recompute::full) {
     if (kept.qkv.size() > 0) f(kept.qkv, work.qkv); // else att keeps it
-    f(kept.fch, work.fch);
+    if (!fch_early) f(kept.fch, work.fch);
     if (!early) {
       for (auto m : {&BlockActivations::ln1, &BlockActivations::atty, &BlockActivations::ln2,
                      &BlockActivations::fch_gelu}) {
@@ -265,14 +266,14 @@ void packed_tensors(BlockActivations& kept, BlockActivations& work, Recompute rc
 void GptStage::pack(BlockActivations& kept, bool last) {
   if (format_ != ActFormat::bf16) return;
   packed_tensors(
-      kept, work_, recompute_, packed_products_, !last, att16_,
+      kept, work_, recompute_, packed_products_, packed_products_ && !llama_, !last, att16_,
       [&](FloatBuffer& k, FloatBuffer& w) { be_.pack_bf16(as_bf16(k), w.data(), w.size()); });
 }
 
 void GptStage::unpack(BlockActivations& kept) {
   if (format_ != ActFormat::bf16) return;
   packed_tensors(
-      kept, work_, recompute_, packed_products_, false, att16_,
+      kept, work_, recompute_, packed_products_, packed_products_ && !llama_, false, att16_,
       [&](FloatBuffer& k, FloatBuffer& w) { be_.unpack_bf16(w.data(), as_bf16(k), w.size()); });
 }
 
@@ -323,10 +324,9 @@ void GptStage::block_forward(int i, const float* x, const BlockView& a) {
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b);
   product_input(a.ln2, RC);
   linear_forward(a.fch, whole_rows(a.ln2), a.ln2_16, w.fc_w, w.fc_b, C, FI_);
-  mlp_activation(a.fch_gelu, a.fch); // stores fch: rounds it as it reads it (packing rounds too)
-  product_input(a.fch_gelu, static_cast<std::size_t>(N) * F);
-  linear_forward(partial_for(a.out), a.fch_gelu, a.fch_gelu16, w.fcp_w,
-                 bias_here ? w.fcp_b : nullptr, F, C);
+  mlp_activation(a);
+  linear_forward(partial_for(a.out), a.fch16 != nullptr ? nullptr : a.fch_gelu, a.fch_gelu16,
+                 w.fcp_w, bias_here ? w.fcp_b : nullptr, F, C);
   reduce_partial(a.out);
   be_.residual_add(a.out, a.res2, RC, format_ == ActFormat::bf16); // the MLP branch's, the same
   // the block's output, stored between blocks; packing rounds it where it is kept packed
@@ -402,7 +402,7 @@ BlockView GptStage::for_backward(int i, const float* x, BlockActivations& kept, 
 void GptStage::linear_forward(float* out, const float* x, std::uint16_t* x16, const float* w,
                               const float* b, int n_in, int n_out) const {
   if (x16 == nullptr) return be_.matmul_forward(out, x, w, b, N_, n_in, n_out);
-  be_.pack_bf16(x16, x, static_cast<std::size_t>(N_) * n_in);
+  if (x != nullptr) be_.pack_bf16(x16, x, static_cast<std::size_t>(N_) * n_in);
   be_.matmul_forward_packed(out, x16, w, b, N_, n_in, n_out);
 }
 
@@ -433,7 +433,7 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
   const float* g_dout = gather_into(s.g_dout, dout);
   linear_backward(d_fch_gelu_.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
                   a.fch_gelu, a.fch_gelu16); // stored by the activation's backward, as it reads it
-  mlp_activation_backward(s.d_fch.data(), a.fch, d_fch_gelu_.data());
+  mlp_activation_backward(s.d_fch.data(), a, d_fch_gelu_.data());
   product_input(s.d_fch.data(), s.d_fch.size());
   // column-parallel fc: sum the input gradient's shares
   linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, FI_,

@@ -172,7 +172,8 @@ private:
                        float* dw, float* dbias, const float* inp,
                        const std::uint16_t* inp16 = nullptr) const;
   // out (N, n_out) = x @ w^T + b for a product input x (N, n_in): with x16 set, x packed into
-  // it first and the product reading that (packed_products_), else x as stored.
+  // it first (x null: x16 holds it already) and the product reading that (packed_products_),
+  // else x as stored.
   void linear_forward(float* out, const float* x, std::uint16_t* x16, const float* w,
                       const float* b, int n_in, int n_out) const;
   // The input gradients of block i (with_weights: its Linears' weight gradients too, from the
@@ -214,9 +215,11 @@ private:
   const float* attention_qkv(const float* qkv);
   float* attention_dqkv(float* d_qkv);
   void finish_dqkv(float* d_qkv);
-  // The MLP's activation, fch (N,FI) into h (N,F): GELU, or llama's SwiGLU; and its backward.
-  void mlp_activation(float* h, const float* fch) const;
-  void mlp_activation_backward(float* d_fch, const float* fch, const float* dh) const;
+  // The MLP's activation, a.fch (N,FI) into a.fch_gelu (N,F): GELU, or llama's SwiGLU, stored
+  // (rounding fch as it reads it); and its backward. With a.fch16 set (gpt2, packed products),
+  // one pass writes the packed fch and GELU output the products and the backward read instead.
+  void mlp_activation(const BlockView& a) const;
+  void mlp_activation_backward(float* d_fch, const BlockView& a, const float* dh) const;
   void layer_done(int layer) const; // runs the weight-gradient hook
   // x (n) as the activation format stores it: rounded to bfloat16 at bf16, untouched at fp32
   void stored(float* x, std::size_t n) const;

@@ -55,20 +55,26 @@ void GptStage::finish_dqkv(float* d_qkv) {
   }
 }
 
-void GptStage::mlp_activation(float* h, const float* fch) const {
+void GptStage::mlp_activation(const BlockView& a) const {
+  const std::size_t n = static_cast<std::size_t>(N_) * F_;
+  const bool bf16 = format_ == ActFormat::bf16;
+  if (a.fch16 != nullptr) return be_.gelu_forward_packed(a.fch_gelu16, a.fch16, a.fch, n);
   if (llama_) {
-    be_.swiglu_forward(h, fch, N_, F_, format_ == ActFormat::bf16);
+    be_.swiglu_forward(a.fch_gelu, a.fch, N_, F_, bf16);
   } else {
-    be_.gelu_forward(h, fch, static_cast<std::size_t>(N_) * F_, format_ == ActFormat::bf16);
+    be_.gelu_forward(a.fch_gelu, a.fch, n, bf16);
   }
+  product_input(a.fch_gelu, n);
 }
 
-void GptStage::mlp_activation_backward(float* d_fch, const float* fch, const float* dh) const {
+void GptStage::mlp_activation_backward(float* d_fch, const BlockView& a, const float* dh) const {
+  const std::size_t n = static_cast<std::size_t>(N_) * F_;
+  const bool bf16 = format_ == ActFormat::bf16;
+  if (a.fch16 != nullptr) return be_.gelu_backward_packed(d_fch, a.fch16, dh, n);
   if (llama_) {
-    be_.swiglu_backward(d_fch, fch, dh, N_, F_, format_ == ActFormat::bf16);
+    be_.swiglu_backward(d_fch, a.fch, dh, N_, F_, bf16);
   } else {
-    be_.gelu_backward(d_fch, fch, dh, static_cast<std::size_t>(N_) * F_,
-                      format_ == ActFormat::bf16);
+    be_.gelu_backward(d_fch, a.fch, dh, n, bf16);
   }
 }
 

@@ -184,6 +184,36 @@ void check_bf16_format() {
   }
 }
 
+// gelu_forward_packed and gelu_backward_packed equal gelu_forward(bf16_in) then pack_bf16 and
+// gelu_backward(bf16_in) on the device bit for bit (the same GELU), and the host's within
+// bf16's tolerance; the packed input is the host's pack, bit for bit.
+void check_gelu_packed() {
+  for (const std::size_t n : {std::size_t{7}, std::size_t{4096}, std::size_t{100003}}) {
+    const std::string tag = " (n=" + std::to_string(n) + ")";
+    const auto x = random(n, -4, 4, 90), d = random(n, -1, 1, 91);
+    std::vector<std::uint16_t> x16(n), h16(n);
+    std::vector<float> h(n), dx(n);
+    ho::gelu_forward_packed(h16.data(), x16.data(), x.data(), n);
+    ho::gelu_backward_packed(dx.data(), x16.data(), d.data(), n);
+    pt::bf16::unpack(h.data(), h16.data(), n);
+    Dev<float> d_x(x), d_d(d), d_h{std::vector<float>(n)}, d_dx{std::vector<float>(n)},
+        d_dx_ref{std::vector<float>(n)}, d_x_wide{std::vector<float>(n)};
+    Dev<std::uint16_t> d_x16{std::vector<std::uint16_t>(n)}, d_h16{std::vector<std::uint16_t>(n)},
+        d_h16_ref{std::vector<std::uint16_t>(n)};
+    co::gelu_forward_packed(d_h16.p, d_x16.p, d_x.p, n);
+    co::gelu_forward(d_h.p, d_x.p, n, true);
+    co::pack_bf16(d_h16_ref.p, d_h.p, n);
+    co::gelu_backward_packed(d_dx.p, d_x16.p, d_d.p, n);
+    co::gelu_backward(d_dx_ref.p, d_x.p, d_d.p, n, true);
+    expect_bits("gelu_forward_packed inp16" + tag, d_x16.host(), x16);
+    expect_bits("gelu_forward_packed out16" + tag, d_h16.host(), d_h16_ref.host());
+    expect_bits("gelu_backward_packed" + tag, d_dx.host(), d_dx_ref.host());
+    co::unpack_bf16(d_x_wide.p, d_h16.p, n);
+    expect_close("gelu_forward_packed host" + tag, d_x_wide.host(), h, 8.0 / 256.0);
+    expect_close("gelu_backward_packed host" + tag, d_dx.host(), dx);
+  }
+}
+
 // At bf16 the packed products equal the fp32-operand ones on the operand's widened values, bit
 // for bit (the same cuBLAS calls), and the host's within the bf16 tolerance.
 void check_packed_linear() {
@@ -432,6 +462,7 @@ void run() {
   check_llama(B, T, 16);
   check_llama(1, 1024, 64);
   check_bf16_format();
+  check_gelu_packed();
   check_deterministic_sums();
   // bf16: bf16 copies of the operands, bf16 probabilities; the tolerance of the bf16 fixture
   // test, 8 eps with eps = 2^-8 (tests/cuda/parity_main.cpp)
