@@ -202,7 +202,7 @@ StageShapes GptStage::shapes() const {
 BlockActivations GptStage::make_block_activations() const {
   BlockActivations k; // the working copy: every buffer, unpacked
   StageShapes s = shapes();
-  s.packed = false;
+  s.packed = s.qkv_in_att = false;
   block_activation_buffers(k, s, Recompute::none, true, Allocate{mem_});
   return k;
 }
