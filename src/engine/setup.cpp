@@ -86,11 +86,11 @@ const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
 void make_zero_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chunk>& chunks,
                      Overlap overlap, const AllreduceOptions& opt) {
   for (Chunk& c : chunks) {
-    c.sync = std::make_unique<GradSync>(
-        c.stage->grads(),
-        make_buckets(c.stage->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0)),
-        layout.dp_comm(), overlap, opt, c.stage->backend(), nullptr,
-        dynamic_cast<ZeroAdamW&>(*c.opt).shard_target());
+    c.set_reducer(std::make_unique<GradSync>(
+        c.stage().grads(),
+        make_buckets(c.stage().layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0)),
+        layout.dp_comm(), overlap, opt, c.stage().backend(), nullptr,
+        dynamic_cast<ZeroAdamW&>(c.optimizer()).shard_target()));
   }
   if (layout.rank() == 0) {
     std::printf("  dp gradient reduction: ZeRO-1 over %d rank(s): buckets reduce-scattered "
@@ -138,13 +138,13 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
   const std::size_t bucket_floats = static_cast<std::size_t>(cc.bucket_mb * 262144.0);
   std::size_t buckets = 0, largest = 0;
   for (Chunk& c : chunks) {
-    std::vector<GradBucket> b = make_buckets(c.stage->layout(), bucket_floats);
+    std::vector<GradBucket> b = make_buckets(c.stage().layout(), bucket_floats);
     buckets += b.size();
     for (const GradBucket& k : b) largest = std::max(largest, k.count);
     std::unique_ptr<cuda::NcclComm> device; // a communicator per chunk, on a side stream
     if (nccl) device = make_nccl(layout.dp_comm(), true, layout.world());
-    c.sync = std::make_unique<GradSync>(c.stage->grads(), std::move(b), layout.dp_comm(), overlap,
-                                        opt, c.stage->backend(), std::move(device));
+    c.set_reducer(std::make_unique<GradSync>(c.stage().grads(), std::move(b), layout.dp_comm(),
+                                             overlap, opt, c.stage().backend(), std::move(device)));
   }
   if (layout.rank() == 0 && nccl) {
     std::printf("  dp gradient all-reduce: NCCL on device memory over %d rank(s), on a side "
@@ -170,55 +170,6 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
   }
 }
 
-// This rank's chunks (chunk c: virtual stage schedule.stage_of(pp, c)) with their optimizers and
-// reducers, and the tensors each chunk's gradient norm counts. Every tensor of the model has one
-// index, so the norm is summed in one order in every layout (bit-identical to the single-rank run).
-void make_chunks(Run& run) {
-  const RunConfig& cfg = run.cfg;
-  const Layout& layout = run.layout;
-  const int me = layout.coords().pp;
-  if (layout.tp() > 1) {
-    run.tp_reduce = make_reducer(
-        layout.tp_comm(),
-        "the tensor-parallel all-reduce (tp group of pipeline rank " + std::to_string(me) + ")",
-        run.watchdog, run.be,
-        run.nccl ? make_nccl(layout.tp_comm(), false, layout.world()) : nullptr);
-  }
-  // (V placement: the embedding and the head share rank 0, step.cpp sums them there)
-  if (layout.embedding_comm() != MPI_COMM_NULL && tied(cfg.model) && !run.plan.schedule.vshape) {
-    run.embedding_reduce = make_reducer(
-        layout.embedding_comm(), "the tied-embedding gradient all-reduce", run.watchdog, run.be);
-  }
-  for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
-    const TpGroup tp{layout.coords().tp, layout.tp(), run.tp_reduce.get(),
-                     cfg.parallel.sequence_parallel};
-    Chunk chunk;
-    chunk.stage = std::make_unique<GptStage>(
-        cfg.model, stage_spec(run.plan.layers, run.plan.schedule.stage_of(me, c)),
-        cfg.train.micro_batch, tp, run.be, cfg.train.recompute,
-        activation_format(cfg.device.precision));
-    chunk.stage->init_parameters(cfg.train.seed);
-    if (cfg.parallel.zero == 1) {
-      chunk.opt = std::make_unique<ZeroAdamW>(
-          chunk.stage->layout(), static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0),
-          layout.dp_comm(), run.watchdog, cfg.train, run.be);
-    } else {
-      chunk.opt = std::make_unique<AdamW>(chunk.stage->layout(), cfg.train, run.be);
-    }
-    run.chunks.push_back(std::move(chunk));
-  }
-  for (Chunk& c : run.chunks) {
-    const std::vector<ParamTensor>& tensors = c.stage->layout().tensors();
-    for (const Optimizer::Span& span : c.opt->grad_spans()) {
-      if (!c.stage->counts_in_norm(tensors[span.tensor])) continue;
-      c.norm.index.push_back(run.whole.index_of(tensors[span.tensor]));
-      c.norm.offset.push_back(span.offset);
-      c.norm.size.push_back(span.size);
-    }
-    c.norm.sums.resize(c.norm.index.size());
-  }
-}
-
 } // namespace
 
 // The backend of device.kind, wrapped in the op timer when log.op_profile is on.
@@ -227,19 +178,57 @@ const Backend& open_backend(const RunConfig& cfg, MPI_Comm world) {
   return cfg.log.op_profile ? profiled_backend(be) : be;
 }
 
-Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
-    : cfg(cfg_), layout(layout_), plan(plan_), be(open_backend(cfg_, layout_.world())),
-      watchdog(cfg_.runtime.hang_timeout_s, layout_.rank()),
-      whole(cfg_.model, StageSpec{true, true, 0, cfg_.model.n_layer}),
-      trace(cfg_.log.trace, cfg_.log.trace_first, cfg_.log.trace_last) {
+// This rank's chunks (chunk c: virtual stage schedule.stage_of(pp, c)) with their optimizers and
+// reducers, and the tensors each chunk's gradient norm counts. Every tensor of the model has one
+// index, so the norm is summed in one order in every layout (bit-identical to the single-rank run).
+void Trainer::make_chunks() {
+  const RunConfig& cfg = cfg_;
+  const Layout& layout = layout_;
+  const int me = layout.coords().pp;
+  if (layout.tp() > 1) {
+    tp_reduce_ = make_reducer(
+        layout.tp_comm(),
+        "the tensor-parallel all-reduce (tp group of pipeline rank " + std::to_string(me) + ")",
+        watchdog_, be_, nccl_ ? make_nccl(layout.tp_comm(), false, layout.world()) : nullptr);
+  }
+  // (V placement: the embedding and the head share rank 0, step.cpp sums them there)
+  if (layout.embedding_comm() != MPI_COMM_NULL && tied(cfg.model) && !plan_.schedule.vshape) {
+    embedding_reduce_ = make_reducer(layout.embedding_comm(),
+                                     "the tied-embedding gradient all-reduce", watchdog_, be_);
+  }
+  for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
+    const TpGroup tp{layout.coords().tp, layout.tp(), tp_reduce_.get(),
+                     cfg.parallel.sequence_parallel};
+    auto stage = std::make_unique<GptStage>(
+        cfg.model, stage_spec(plan_.layers, plan_.schedule.stage_of(me, c)), cfg.train.micro_batch,
+        tp, be_, cfg.train.recompute, activation_format(cfg.device.precision));
+    stage->init_parameters(cfg.train.seed);
+    std::unique_ptr<Optimizer> opt;
+    if (cfg.parallel.zero == 1) {
+      opt = std::make_unique<ZeroAdamW>(stage->layout(),
+                                        static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0),
+                                        layout.dp_comm(), watchdog_, cfg.train, be_);
+    } else {
+      opt = std::make_unique<AdamW>(stage->layout(), cfg.train, be_);
+    }
+    chunks_.emplace_back(std::move(stage), std::move(opt));
+    chunks_.back().count_in_norm(whole_);
+  }
+}
+
+Trainer::Trainer(const RunConfig& cfg, const Layout& layout, const Plan& plan)
+    : cfg_(cfg), layout_(layout), plan_(plan), be_(open_backend(cfg, layout.world())),
+      watchdog_(cfg.runtime.hang_timeout_s, layout.rank()),
+      whole_(cfg.model, StageSpec{true, true, 0, cfg.model.n_layer}),
+      trace_(cfg.log.trace, cfg.log.trace_first, cfg.log.trace_last) {
   const ModelConfig& m = cfg.model;
-  data = open_collectively(layout.world(), cfg.data.path, m.vocab_size, m.seq_len);
+  data_ = open_collectively(layout.world(), cfg.data.path, m.vocab_size, m.seq_len);
   if (!cfg.data.val_path.empty()) {
-    val_data = open_collectively(layout.world(), cfg.data.val_path, m.vocab_size, m.seq_len);
+    val_data_ = open_collectively(layout.world(), cfg.data.val_path, m.vocab_size, m.seq_len);
   }
   std::optional<Error> log_err;
   try {
-    log = std::make_unique<MetricsLog>(cfg.log.dir, layout.rank() == 0);
+    log_ = std::make_unique<MetricsLog>(cfg.log.dir, layout.rank() == 0);
   } catch (const Error& e) {
     log_err = e;
   }
@@ -247,46 +236,46 @@ Run::Run(const RunConfig& cfg_, const Layout& layout_, const Plan& plan_)
   if (cfg.parallel.schedule == ScheduleKind::search && layout.rank() == 0) {
     write_found_schedule(cfg, plan.schedule);
   }
-  nccl =
-      use_nccl("comm.gpu_collectives", cfg.comm.gpu_collectives, cfg, layout.world(), staged_why);
-  make_chunks(*this);
-  policy = make_step_policy(cfg, plan.schedule, layout.coords().pp, stages_of(chunks), be);
+  nccl_ =
+      use_nccl("comm.gpu_collectives", cfg.comm.gpu_collectives, cfg, layout.world(), staged_why_);
+  make_chunks();
+  policy_ = make_step_policy(cfg, plan.schedule, layout.coords().pp, stages_of(chunks_), be_);
   const int p = cfg.parallel.pp;
-  nccl_p2p = p > 1 && use_nccl("comm.gpu_p2p", cfg.comm.gpu_p2p, cfg, layout.world(), p2p_why);
-  engine = std::make_unique<PipelineEngine>(
-      cfg, layout, plan.schedule, stages_of(chunks), watchdog, *policy,
-      nccl_p2p ? make_nccl_links(plan.schedule, layout)
-               : std::vector<std::unique_ptr<cuda::NcclLink>>{});
-  make_grad_syncs(cfg, layout, chunks, watchdog, nccl);
+  nccl_p2p_ = p > 1 && use_nccl("comm.gpu_p2p", cfg.comm.gpu_p2p, cfg, layout.world(), p2p_why_);
+  engine_ = std::make_unique<PipelineEngine>(
+      cfg, layout, plan.schedule, stages_of(chunks_), watchdog_, *policy_,
+      nccl_p2p_ ? make_nccl_links(plan.schedule, layout)
+                : std::vector<std::unique_ptr<cuda::NcclLink>>{});
+  make_grad_syncs(cfg, layout, chunks_, watchdog_, nccl_);
   std::vector<GradSync*> syncs;
-  for (const Chunk& c : chunks) syncs.push_back(c.sync.get());
-  engine->set_grad_sync(syncs);
-  if (cfg.log.trace) engine->set_trace(&trace);
+  for (const Chunk& c : chunks_) syncs.push_back(c.reducer());
+  engine_->set_grad_sync(syncs);
+  if (cfg.log.trace) engine_->set_trace(&trace_);
   // MFU denominator: every rank's measured matrix-product rate (host sgemm, or cuBLAS at the
   // deck's precision), summed. Ranks sharing a GPU each count it: MFU is then understated.
-  peak_flops = cfg.device.kind == DeviceKind::cuda ? cuda::measure_gemm_flops(0.25)
-                                                   : measure_sgemm_flops(0.25);
-  watchdog.allreduce(&peak_flops, 1, MPI_DOUBLE, MPI_SUM, layout.world(),
-                     "the sum of the ranks' measured peak rates");
+  peak_flops_ = cfg.device.kind == DeviceKind::cuda ? cuda::measure_gemm_flops(0.25)
+                                                    : measure_sgemm_flops(0.25);
+  watchdog_.allreduce(&peak_flops_, 1, MPI_DOUBLE, MPI_SUM, layout.world(),
+                      "the sum of the ranks' measured peak rates");
 }
 
-void print_run_header(const Run& run) {
-  if (run.layout.rank() != 0) return;
-  const Backend& be = run.be;
-  const bool gpu = run.cfg.device.kind == DeviceKind::cuda;
+void Trainer::print_header() const {
+  if (layout_.rank() != 0) return;
+  const Backend& be = be_;
+  const bool gpu = cfg_.device.kind == DeviceKind::cuda;
   std::printf("== run ==\n  kernels %s; %d host thread(s) on rank 0; measured %s peak %.1f "
               "GFLOP/s (all ranks); metrics -> %s\n",
-              be.name, ops::host_threads(), gpu ? "cuBLAS 4096^3 GEMM" : "sgemm",
-              run.peak_flops / 1e9, run.log->path().c_str());
-  if (!be.on_host() && (run.layout.dp() > 1 || run.layout.tp() > 1)) {
+              be.name, ops::host_threads(), gpu ? "cuBLAS 4096^3 GEMM" : "sgemm", peak_flops_ / 1e9,
+              log_->path().c_str());
+  if (!be.on_host() && (layout_.dp() > 1 || layout_.tp() > 1)) {
     std::printf("  GPU dp/tp reductions: %s\n",
-                run.nccl ? "NCCL on device memory"
-                         : ("MPI on host copies (" + run.staged_why + ")").c_str());
+                nccl_ ? "NCCL on device memory"
+                      : ("MPI on host copies (" + staged_why_ + ")").c_str());
   }
-  if (!be.on_host() && run.layout.pp() > 1) {
+  if (!be.on_host() && layout_.pp() > 1) {
     std::printf("  GPU pipeline messages: %s\n",
-                run.nccl_p2p ? "NCCL send/receive on device memory"
-                             : ("MPI on host copies (" + run.p2p_why + ")").c_str());
+                nccl_p2p_ ? "NCCL send/receive on device memory"
+                          : ("MPI on host copies (" + p2p_why_ + ")").c_str());
   }
   std::fflush(stdout);
 }
