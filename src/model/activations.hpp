@@ -176,6 +176,50 @@ void stage_stash_buffers(StageStash& st, const StageShapes& s, const StageSpec& 
   f(st.d_input, s.R * s.C);
 }
 
+// A stage's scratch, shared by all its micro-batches (GptStage's; single-threaded use).
+struct StageWorkspace {
+  FloatBuffer d_fch_gelu;                // (N,F) the gradient of the MLP activation's output
+  FloatBuffer d_atty;                    // (N,Ct) the gradient of the attention output
+  FloatBuffer att_scratch;               // attention_backward's (Backend::attention_scratch)
+  FloatBuffer qkv_full, d_qkv_full;      // (N,3Ct) grouped-query attention's whole heads
+  FloatBuffer att_work;                  // selective: the attention buffer of the block at hand
+  BlockActivations work;                 // full, bf16: every activation of the block at hand, fp32
+  FloatBuffer x_work;                    // (R,C) bf16: a block's input, widened
+  FloatBuffer gath, part;                // (N,C) sequence parallel: gathered rows, partial sums
+  FloatBuffer ce_max, ce_sum, ce_target; // (N) last stage, tp > 1: the vocabulary-parallel loss
+};
+
+// f(buffer, elements) for every buffer of a stage's workspace. att_scratch: the floats of
+// attention_backward's scratch (the backend's at run time; the memory model's for the planned
+// threads).
+template <class Fn>
+void stage_workspace_buffers(StageWorkspace& w, const StageShapes& s, const StageSpec& spec,
+                             Recompute rc, std::size_t att_scratch, Fn&& f) {
+  f(w.d_fch_gelu, s.N * s.F);
+  f(w.d_atty, s.N * s.Ct);
+  f(w.att_scratch, att_scratch);
+  if (s.QKV != 3 * s.Ct) { // grouped-query heads: k and v expanded to every query head
+    f(w.qkv_full, s.N * 3 * s.Ct);
+    f(w.d_qkv_full, s.N * 3 * s.Ct);
+  }
+  if (rc == Recompute::selective) f(w.att_work, s.att);
+  if (rc == Recompute::full || s.packed) {
+    StageShapes unpacked = s; // the working copy holds every buffer, unpacked, qkv too
+    unpacked.packed = unpacked.qkv_in_att = false;
+    block_activation_buffers(w.work, unpacked, Recompute::none, true, f);
+  }
+  if (s.packed) f(w.x_work, s.R * s.C);
+  if (s.sp) {
+    f(w.gath, s.N * s.C);
+    f(w.part, s.N * s.C);
+  }
+  if (spec.last && s.Ct != s.C) { // tp > 1
+    f(w.ce_max, s.N);
+    f(w.ce_sum, s.N);
+    f(w.ce_target, s.N);
+  }
+}
+
 // Allocates each buffer of the lists above in `mem`.
 struct Allocate {
   Memory mem;

@@ -34,38 +34,17 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       FI_(model.arch == Arch::llama ? 2 * F_ : F_), NKV_(kv_heads(model) / tp.size),
       HD_(head_dim(model)), sp_(tp.sequence_parallel && tp.size > 1),
       llama_(model.arch == Arch::llama), layout_(model, stage, tp.rank, tp.size),
-      params_(layout_.total(), mem_), grads_(layout_.total(), mem_),
-      d_fch_gelu_(static_cast<std::size_t>(N_) * F_, mem_),
-      d_atty_(static_cast<std::size_t>(N_) * Ct_, mem_),
-      att_scratch_(backend.attention_scratch(B_, T_, NH_), mem_), recompute_(recompute),
+      params_(layout_.total(), mem_), grads_(layout_.total(), mem_), recompute_(recompute),
       format_(format) {
   find_tensors();
-  if (NKV_ != NH_) {
-    qkv_full_ = FloatBuffer(static_cast<std::size_t>(N_) * 3 * Ct_, mem_);
-    d_qkv_full_ = FloatBuffer(qkv_full_.size(), mem_);
-  }
-  if (recompute_ == Recompute::selective) {
-    att_work_ = FloatBuffer(be_.attention_floats(B_, T_, Ct_, NH_), mem_);
-  }
-  if (recompute_ == Recompute::full || format_ == ActFormat::bf16) {
-    work_ = make_block_activations();
-  }
-  if (format_ == ActFormat::bf16) x_work_ = FloatBuffer(static_cast<std::size_t>(R_) * C_, mem_);
+  stage_workspace_buffers(ws_, shapes(), spec_, recompute_, backend.attention_scratch(B_, T_, NH_),
+                          Allocate{mem_});
   att16_ = shapes().att16;
   qkv_in_att_ = shapes().qkv_in_att && recompute_ == Recompute::none;
   packed_products_ = format_ == ActFormat::bf16 && be_.bf16_products != nullptr &&
                      be_.bf16_products() && !sp_ && recompute_ != Recompute::full;
   if (spec_.last && tied(model_)) {
     head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_, mem_);
-  }
-  if (sp_) {
-    gath_ = FloatBuffer(static_cast<std::size_t>(N_) * C_, mem_);
-    part_ = FloatBuffer(static_cast<std::size_t>(N_) * C_, mem_);
-  }
-  if (spec_.last && tp_.size > 1) {
-    ce_max_ = FloatBuffer(static_cast<std::size_t>(N_), mem_);
-    ce_sum_ = FloatBuffer(static_cast<std::size_t>(N_), mem_);
-    ce_target_ = FloatBuffer(static_cast<std::size_t>(N_), mem_);
   }
 }
 
@@ -88,13 +67,13 @@ void GptStage::tp_sum(float* x, std::size_t n, ActFormat wire) const {
 }
 
 const float* GptStage::whole_rows(const float* x) const {
-  return gather_into(gath_, x);
+  return gather_into(ws_.gath, x);
 }
 
 // The activations' collectives move the activation format (bf16: half the bytes).
 void GptStage::reduce_partial(float* dst) const {
   if (sp_) {
-    tp_.reduce->reduce_scatter(dst, part_.data(), static_cast<std::size_t>(R_) * C_, format_);
+    tp_.reduce->reduce_scatter(dst, ws_.part.data(), static_cast<std::size_t>(R_) * C_, format_);
   } else {
     tp_sum(dst, static_cast<std::size_t>(N_) * C_, format_);
   }
@@ -199,14 +178,6 @@ StageShapes GptStage::shapes() const {
                      be_.attention_floats(B_, T_, Ct_, NH_), format_, keeps_qkv);
 }
 
-BlockActivations GptStage::make_block_activations() const {
-  BlockActivations k; // the working copy: every buffer, unpacked
-  StageShapes s = shapes();
-  s.packed = s.qkv_in_att = false;
-  block_activation_buffers(k, s, Recompute::none, true, Allocate{mem_});
-  return k;
-}
-
 BlockView GptStage::view(BlockActivations& kept, bool last) {
   const bool full = recompute_ == Recompute::full, bf16 = format_ == ActFormat::bf16;
   const auto at = [](FloatBuffer& own, FloatBuffer& work, bool in_work) {
@@ -214,21 +185,21 @@ BlockView GptStage::view(BlockActivations& kept, bool last) {
   };
   const bool stored16 = full || bf16; // not kept, or kept packed
   BlockView v{};
-  v.ln1 = at(kept.ln1, work_.ln1, stored16);
-  v.qkv = at(kept.qkv, work_.qkv, stored16 || kept.qkv.size() == 0); // or in att's copy
-  v.atty = at(kept.atty, work_.atty, stored16);
-  v.ln2 = at(kept.ln2, work_.ln2, stored16);
-  v.fch = at(kept.fch, work_.fch, stored16);
-  v.fch_gelu = at(kept.fch_gelu, work_.fch_gelu, stored16);
-  v.ln1_mean = at(kept.ln1_mean, work_.ln1_mean, full);
-  v.ln1_rstd = at(kept.ln1_rstd, work_.ln1_rstd, full);
-  v.res2 = at(kept.res2, work_.res2, full);
-  v.ln2_mean = at(kept.ln2_mean, work_.ln2_mean, full);
-  v.ln2_rstd = at(kept.ln2_rstd, work_.ln2_rstd, full);
-  v.att = full || (att16_ && kept.att.size() > 0) ? work_.att.data()
+  v.ln1 = at(kept.ln1, ws_.work.ln1, stored16);
+  v.qkv = at(kept.qkv, ws_.work.qkv, stored16 || kept.qkv.size() == 0); // or in att's copy
+  v.atty = at(kept.atty, ws_.work.atty, stored16);
+  v.ln2 = at(kept.ln2, ws_.work.ln2, stored16);
+  v.fch = at(kept.fch, ws_.work.fch, stored16);
+  v.fch_gelu = at(kept.fch_gelu, ws_.work.fch_gelu, stored16);
+  v.ln1_mean = at(kept.ln1_mean, ws_.work.ln1_mean, full);
+  v.ln1_rstd = at(kept.ln1_rstd, ws_.work.ln1_rstd, full);
+  v.res2 = at(kept.res2, ws_.work.res2, full);
+  v.ln2_mean = at(kept.ln2_mean, ws_.work.ln2_mean, full);
+  v.ln2_rstd = at(kept.ln2_rstd, ws_.work.ln2_rstd, full);
+  v.att = full || (att16_ && kept.att.size() > 0) ? ws_.work.att.data()
           : kept.att.size() > 0                   ? kept.att.data()
                                                   : nullptr;
-  v.out = at(kept.out, work_.out, bf16 && !last);
+  v.out = at(kept.out, ws_.work.out, bf16 && !last);
   if (packed_products_) {
     v.ln1_16 = as_bf16(kept.ln1);
     v.atty16 = as_bf16(kept.atty);
@@ -266,14 +237,14 @@ void packed_tensors(BlockActivations& kept, BlockActivations& work, Recompute rc
 void GptStage::pack(BlockActivations& kept, bool last) {
   if (format_ != ActFormat::bf16) return;
   packed_tensors(
-      kept, work_, recompute_, packed_products_, packed_products_ && !llama_, !last, att16_,
+      kept, ws_.work, recompute_, packed_products_, packed_products_ && !llama_, !last, att16_,
       [&](FloatBuffer& k, FloatBuffer& w) { be_.pack_bf16(as_bf16(k), w.data(), w.size()); });
 }
 
 void GptStage::unpack(BlockActivations& kept) {
   if (format_ != ActFormat::bf16) return;
   packed_tensors(
-      kept, work_, recompute_, packed_products_, packed_products_ && !llama_, false, att16_,
+      kept, ws_.work, recompute_, packed_products_, packed_products_ && !llama_, false, att16_,
       [&](FloatBuffer& k, FloatBuffer& w) { be_.unpack_bf16(w.data(), as_bf16(k), w.size()); });
 }
 
@@ -293,9 +264,9 @@ const float* GptStage::block_input(const StageActivations& a, int i) const {
   if (i == 0) return a.input.data();
   const FloatBuffer& out = a.blocks[static_cast<std::size_t>(i) - 1].out;
   if (format_ != ActFormat::bf16 || i == static_cast<int>(a.blocks.size())) return out.data();
-  be_.unpack_bf16(x_work_.data(), reinterpret_cast<const std::uint16_t*>(out.data()),
-                  x_work_.size()); // kept packed
-  return x_work_.data();
+  be_.unpack_bf16(ws_.x_work.data(), reinterpret_cast<const std::uint16_t*>(out.data()),
+                  ws_.x_work.size()); // kept packed
+  return ws_.x_work.data();
 }
 
 // ---- forward --------------------------------------------------------------------------------
@@ -312,10 +283,10 @@ void GptStage::block_forward(int i, const float* x, const BlockView& a) {
   linear_forward(a.qkv, whole_rows(a.ln1), a.ln1_16, w.qkv_w, w.qkv_b, C, QKV_);
   position_qkv(a.qkv);
   product_input(a.qkv, static_cast<std::size_t>(N) * QKV_);
-  float* att = a.att != nullptr ? a.att : att_work_.data(); // selective: not kept
+  float* att = a.att != nullptr ? a.att : ws_.att_work.data(); // selective: not kept
   be_.attention_forward(a.atty, att, attention_qkv(a.qkv), B_, T_, Ct, NH_);
   product_input(a.atty, static_cast<std::size_t>(N) * Ct);
-  if (att16_) stored(att, work_.att.size()); // the probabilities the backward reads
+  if (att16_) stored(att, ws_.work.att.size()); // the probabilities the backward reads
   linear_forward(partial_for(a.res2), a.atty, a.atty16, w.proj_w, bias_here ? w.proj_b : nullptr,
                  Ct, C);
   reduce_partial(a.res2);
@@ -330,7 +301,7 @@ void GptStage::block_forward(int i, const float* x, const BlockView& a) {
   reduce_partial(a.out);
   be_.residual_add(a.out, a.res2, RC, format_ == ActFormat::bf16); // the MLP branch's, the same
   // the block's output, stored between blocks; packing rounds it where it is kept packed
-  if (a.out == work_.out.data() && format_ == ActFormat::bf16) return;
+  if (a.out == ws_.work.out.data() && format_ == ActFormat::bf16) return;
   stored(a.out, RC);
 }
 
@@ -370,14 +341,14 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
   } else {
     // vocabulary-parallel cross-entropy: no rank holds all logits; max, then the target's logit
     // and the exp-sum are all-reduced over the tp group
-    be_.row_max(ce_max_.data(), a.probs.data(), N_, V_);
-    tp_.reduce->max(ce_max_.data(), ce_max_.size());
-    be_.gather_target(ce_target_.data(), a.probs.data(), a.targets.data(), N_, V_, v0_);
-    be_.softmax_exp(a.probs.data(), ce_sum_.data(), a.probs.data(), ce_max_.data(), N_, V_);
-    tp_sum(ce_target_.data(), ce_target_.size());
-    tp_sum(ce_sum_.data(), ce_sum_.size());
-    be_.crossentropy_finish(a.losses.data(), a.probs.data(), ce_sum_.data(), ce_max_.data(),
-                            ce_target_.data(), N_, V_);
+    be_.row_max(ws_.ce_max.data(), a.probs.data(), N_, V_);
+    tp_.reduce->max(ws_.ce_max.data(), ws_.ce_max.size());
+    be_.gather_target(ws_.ce_target.data(), a.probs.data(), a.targets.data(), N_, V_, v0_);
+    be_.softmax_exp(a.probs.data(), ws_.ce_sum.data(), a.probs.data(), ws_.ce_max.data(), N_, V_);
+    tp_sum(ws_.ce_target.data(), ws_.ce_target.size());
+    tp_sum(ws_.ce_sum.data(), ws_.ce_sum.size());
+    be_.crossentropy_finish(a.losses.data(), a.probs.data(), ws_.ce_sum.data(), ws_.ce_max.data(),
+                            ws_.ce_target.data(), N_, V_);
   }
   be_.synchronize();
   const float* losses = readable(be_, a.losses.data(), a.losses.size(), losses_host_);
@@ -391,8 +362,8 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
 BlockView GptStage::for_backward(int i, const float* x, BlockActivations& kept, bool last) {
   BlockView v = view(kept, last);
   if (recompute_ == Recompute::full) {
-    v.out = work_.out.data(); // the kept output may still be in a pipeline send
-    block_forward(i, x, v);   // the same ops on the same input: the same bits
+    v.out = ws_.work.out.data(); // the kept output may still be in a pipeline send
+    block_forward(i, x, v);      // the same ops on the same input: the same bits
   } else {
     unpack(kept);
   }
@@ -431,9 +402,9 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
   // MLP branch (row-parallel proj: its input gradient needs no communication, but with sp the
   // whole rows of the output gradient, gathered)
   const float* g_dout = gather_into(s.g_dout, dout);
-  linear_backward(d_fch_gelu_.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
+  linear_backward(ws_.d_fch_gelu.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
                   a.fch_gelu, a.fch_gelu16); // stored by the activation's backward, as it reads it
-  mlp_activation_backward(s.d_fch.data(), a, d_fch_gelu_.data());
+  mlp_activation_backward(s.d_fch.data(), a, ws_.d_fch_gelu.data());
   product_input(s.d_fch.data(), s.d_fch.size());
   // column-parallel fc: sum the input gradient's shares
   linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, FI_,
@@ -442,18 +413,18 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
   stored(s.d_ln2);
   copy_floats(s.d_res2.data(), dout, RC); // residual path
   norm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd);
-  // attention branch; selective: the probabilities again (d_atty_ holds the unused output)
-  float* att = a.att != nullptr ? a.att : att_work_.data();
+  // attention branch; selective: the probabilities again (ws_.d_atty holds the unused output)
+  float* att = a.att != nullptr ? a.att : ws_.att_work.data();
   const float* qkv = a.att != nullptr && qkv_in_att_ ? nullptr : attention_qkv(a.qkv); // in att
   if (a.att == nullptr) {
-    be_.attention_forward(d_atty_.data(), att, qkv, B_, T_, Ct, NH_);
-    if (att16_) stored(att, work_.att.size()); // as the forward stored them
+    be_.attention_forward(ws_.d_atty.data(), att, qkv, B_, T_, Ct, NH_);
+    if (att16_) stored(att, ws_.work.att.size()); // as the forward stored them
   }
-  linear_backward(d_atty_.data(), gather_into(s.g_res2, s.d_res2.data()), w.proj_w, Ct, C,
+  linear_backward(ws_.d_atty.data(), gather_into(s.g_res2, s.d_res2.data()), w.proj_w, Ct, C,
                   wg ? g.proj_w : nullptr, g.proj_b, a.atty, a.atty16);
-  stored(d_atty_);
-  be_.attention_backward(attention_dqkv(s.d_qkv.data()), att_scratch_.data(), d_atty_.data(), qkv,
-                         att, B_, T_, Ct, NH_);
+  stored(ws_.d_atty);
+  be_.attention_backward(attention_dqkv(s.d_qkv.data()), ws_.att_scratch.data(), ws_.d_atty.data(),
+                         qkv, att, B_, T_, Ct, NH_);
   finish_dqkv(s.d_qkv.data());
   product_input(s.d_qkv.data(), s.d_qkv.size());
   // column-parallel qkv

@@ -153,9 +153,8 @@ private:
   const float* block_input(const StageActivations& a, int i) const;
 
   StageShapes shapes() const;
-  BlockActivations make_block_activations() const;
   void block_forward(int i, const float* x, const BlockView& a);
-  // The activations block i's backward reads: its own, or (full) work_ with them recomputed.
+  // The activations block i's backward reads: its own, or (full) ws_.work with them recomputed.
   // Where block i's activations are while it runs (full recompute, bf16: the working copy's
   // buffers for what is not kept or kept packed); last: the stage's last block.
   BlockView view(BlockActivations& kept, bool last);
@@ -190,11 +189,11 @@ private:
   float* head_weight_grad();
   float* weights() { return weights_ != nullptr ? weights_ : params_.data(); }
   void tp_sum(float* x, std::size_t n, ActFormat wire = ActFormat::fp32) const;
-  // A residual-stream buffer's whole (N,C) rows: itself, or (sp) gathered over tp into gath_.
+  // A residual-stream buffer's whole (N,C) rows: itself, or (sp) gathered over tp into ws_.gath.
   const float* whole_rows(const float* x) const;
   // Where a product writes (N,C) partial sums that reduce_partial then sums over tp into dst:
-  // dst itself (all-reduce in place), or (sp) part_, reduce-scattered into dst's R rows.
-  float* partial_for(float* dst) const { return sp_ ? part_.data() : dst; }
+  // dst itself (all-reduce in place), or (sp) ws_.part, reduce-scattered into dst's R rows.
+  float* partial_for(float* dst) const { return sp_ ? ws_.part.data() : dst; }
   void reduce_partial(float* dst) const;
   // The whole rows of the residual-stream gradient x: x itself, or (sp) gathered into `whole`.
   const float* gather_into(FloatBuffer& whole, const float* x) const;
@@ -209,7 +208,7 @@ private:
                             const float* rstd) const;
   // qkv (N,QKV) after its product: llama turns the query and key heads by position (RoPE)
   void position_qkv(float* qkv) const;
-  // The (N,3Ct) rows the attention reads: qkv, or (grouped-query) qkv_full_, the key and value
+  // The (N,3Ct) rows the attention reads: qkv, or (grouped-query) ws_.qkv_full, the key and value
   // heads repeated; attention_dqkv: where the attention's backward writes the gradient of those
   // rows, which finish_dqkv turns into d_qkv's (N,QKV): summed over the repeats, turned back.
   const float* attention_qkv(const float* qkv);
@@ -245,26 +244,17 @@ private:
   FloatBuffer params_;
   FloatBuffer grads_;
   float* weights_ = nullptr; // see use_weights
-  // scratch shared by all micro-batches (single-threaded use)
-  FloatBuffer d_fch_gelu_;                  // (N,F)
-  FloatBuffer d_atty_;                      // (N,Ct)
-  FloatBuffer qkv_full_, d_qkv_full_;       // (N,3Ct) grouped-query attention's whole heads
-  FloatBuffer ce_max_, ce_sum_, ce_target_; // (N) vocabulary-parallel cross-entropy
-  FloatBuffer att_scratch_;                 // (T,T) per host thread (Backend::attention_scratch)
-  mutable FloatBuffer gath_, part_;         // (N,C) sequence parallel: gathered rows, partial sums
   Recompute recompute_;
   // bf16 on a backend whose products convert their inputs (bf16_products), no sequence
   // parallelism, activations kept: the four product inputs are packed as they are made and the
   // products read them packed, in the forward and in the backward (none is widened again)
   bool packed_products_ = false;
   ActFormat format_;
-  bool qkv_in_att_ = false;    // att keeps a copy of qkv for the backward: qkv is not kept
-  bool att16_ = false;         // bf16 and att holds the probabilities: they are stored in bf16 too
-  FloatBuffer att_work_;       // (B,NH,T,T) selective: the probabilities of the block at hand
-  BlockActivations work_;      // full, bf16: every activation of the block at hand, fp32
-  mutable FloatBuffer x_work_; // (R,C) bf16: a block's input, widened (block_input)
-  StageStash fused_;           // one block's stash, reused by backward() block after block
-  FloatBuffer head_grad_;      // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
+  bool qkv_in_att_ = false;   // att keeps a copy of qkv for the backward: qkv is not kept
+  bool att16_ = false;        // bf16 and att holds the probabilities: they are stored in bf16 too
+  mutable StageWorkspace ws_; // scratch shared by all micro-batches (activations.hpp)
+  StageStash fused_;          // one block's stash, reused by backward() block after block
+  FloatBuffer head_grad_;     // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
   std::vector<float> losses_host_; // (N) a device backend's losses, read back by forward()
   // Found once, at construction: per block of the stage each role's offset in the flat buffers,
   // and the edge tensors' (kNone where the stage or the architecture has none). The step path

@@ -40,16 +40,16 @@ void GptStage::position_qkv(float* qkv) const {
 
 const float* GptStage::attention_qkv(const float* qkv) {
   if (NKV_ == NH_) return qkv;
-  be_.kv_expand(qkv_full_.data(), qkv, N_, NH_, NKV_, HD_);
-  return qkv_full_.data();
+  be_.kv_expand(ws_.qkv_full.data(), qkv, N_, NH_, NKV_, HD_);
+  return ws_.qkv_full.data();
 }
 
 float* GptStage::attention_dqkv(float* d_qkv) {
-  return NKV_ == NH_ ? d_qkv : d_qkv_full_.data();
+  return NKV_ == NH_ ? d_qkv : ws_.d_qkv_full.data();
 }
 
 void GptStage::finish_dqkv(float* d_qkv) {
-  if (NKV_ != NH_) be_.kv_reduce(d_qkv, d_qkv_full_.data(), N_, NH_, NKV_, HD_);
+  if (NKV_ != NH_) be_.kv_reduce(d_qkv, ws_.d_qkv_full.data(), N_, NH_, NKV_, HD_);
   if (llama_) {
     be_.rope_backward(d_qkv, N_, T_, QKV_, NH_ + NKV_, HD_, static_cast<float>(model_.rope_theta));
   }

@@ -74,14 +74,15 @@ double stash_bytes(const StageShapes& s, const StageSpec& spec, int blocks) {
   return bytes;
 }
 
-// Every activation of one block, unpacked (the working copy of full recompute and of the bf16
-// format, make_block_activations).
-double block_bytes(StageShapes s) {
-  s.packed = false;
+// A stage's workspace (GptStage's: the same list), with attention's scratch for the planned
+// threads, and backward()'s one-block stash where the schedule runs fused backwards.
+double workspace_bytes(const RunConfig& cfg, const StageShapes& s, const StageSpec& spec,
+                       bool fused) {
   double bytes = 0.0;
-  BlockActivations counted;
-  block_activation_buffers(counted, s, Recompute::none, true, CountBytes{bytes});
-  return bytes;
+  StageWorkspace counted;
+  stage_workspace_buffers(counted, s, spec, cfg.train.recompute,
+                          static_cast<std::size_t>(attention_scratch(cfg, s)), CountBytes{bytes});
+  return bytes + (fused ? stash_bytes(s, spec, 1) : 0.0);
 }
 
 // Floats of scratch the dp all-reduce keeps for a bucket of n floats over p ranks, g per node
@@ -206,14 +207,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     e.per_slot += slot;
     e.slots = std::max(e.slots, peak);
     e.activations += peak * slot;
-    e.workspace += buf(s.N * s.F) + buf(s.N * s.Ct) + buf(attention_scratch(cfg, s)) +
-                   (s.QKV != 3 * s.Ct ? 2 * buf(s.N * 3 * s.Ct) : 0.0) + // grouped-query heads
-                   (spec.last && cfg.parallel.tp > 1 ? 3 * buf(s.N) : 0.0) +
-                   (s.sp ? 2 * buf(s.N * s.C) : 0.0) + // gathered rows, partial sums
-                   (fused ? stash_bytes(s, spec, 1) : 0.0) +
-                   (rc == Recompute::selective ? buf(s.att) : 0.0) +
-                   (rc == Recompute::full || s.packed ? block_bytes(s) : 0.0) +
-                   (s.packed ? buf(s.R * s.C) : 0.0); // bf16: a block's input, widened
+    e.workspace += workspace_bytes(cfg, s, spec, fused);
   }
   e.messages = message_bytes(cfg, s, sched, pp_rank, use);
   // ZeRO-1: the optimizer's padded bucket for the all-gather and, without poll, the
