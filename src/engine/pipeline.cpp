@@ -36,20 +36,29 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   const Memory mem{be.alloc, be.release};
   const Memory msg_mem = transport_.device() ? mem : Memory{};
   const bool copies = staged_ && !transport_.device();
+  using schedule::MessageBuffer;
   for (const std::vector<Action>* list : policy_.lists()) { // every list a step may run
-    for (const Action& a : *list) {
-      if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD) {
-        recv_buf_.try_emplace(MsgKey{a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}, NC, msg_mem);
-        if (copies && a.op == Op::RECV_GRAD) grad_dev_.try_emplace(Key{a.mb, a.chunk}, NC, mem);
-      } else if (a.op == Op::SEND_GRAD) {
-        grad_send_buf_.try_emplace(Key{a.mb, a.chunk}, NC, msg_mem);
-      } else if ((a.op == Op::B || a.op == Op::BI) && local_neighbour(a.chunk, -1) >= 0) {
-        // V placement: the input gradient goes to this rank's previous chunk, in backend memory
-        grad_send_buf_.try_emplace(Key{a.mb, a.chunk}, NC, mem);
-      } else if (a.op == Op::SEND_ACT && copies) {
-        act_send_buf_.try_emplace(Key{a.mb, a.chunk}, NC);
+    schedule::message_buffers(sched, me_, *list, [&](MessageBuffer kind, const Action& a) {
+      const Key key{a.mb, a.chunk};
+      switch (kind) {
+      case MessageBuffer::received_activation:
+        recv_buf_.try_emplace(MsgKey{0, a.mb, a.chunk}, NC, msg_mem);
+        break;
+      case MessageBuffer::received_gradient:
+        recv_buf_.try_emplace(MsgKey{1, a.mb, a.chunk}, NC, msg_mem);
+        if (copies) grad_dev_.try_emplace(key, NC, mem);
+        break;
+      case MessageBuffer::gradient_send:
+        grad_send_buf_.try_emplace(key, NC, msg_mem);
+        break;
+      case MessageBuffer::local_gradient: // V placement: in backend memory
+        grad_send_buf_.try_emplace(key, NC, mem);
+        break;
+      case MessageBuffer::activation_send:
+        if (copies) act_send_buf_.try_emplace(key, NC);
+        break;
       }
-    }
+    });
   }
   // Every activation slot (and stash) the list needs at its peak is made now, not at its first
   // use: freeing (and maybe allocating) GPU memory waits for the device's other streams, where

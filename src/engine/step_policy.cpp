@@ -21,17 +21,14 @@ private:
   const std::vector<Action>& list_;
 };
 
-// PipeDream-2BW (schedule::two_bw_step): eight lists by the step's parity, whether the previous
+// PipeDream-2BW (schedule::two_bw_steps): eight lists by the step's parity, whether the previous
 // step drained (warm) and whether this one drains; micro-batch j of step s has id (s % 2) m + j.
 // older_[c]: chunk c's weights one version older than its params() (W(u-1) where params() holds
 // W(u), u = newest_, the updates done).
 class TwoBw final : public StepPolicy {
 public:
   TwoBw(int p, int m, int me, const std::vector<GptStage*>& stages, const Backend& be)
-      : me_(me), m_(m), be_(be) {
-    for (int k = 0; k < 8; ++k) {
-      lists_.push_back(schedule::two_bw_step(p, m, k % 2, (k / 2) % 2 == 1, k / 4 == 1));
-    }
+      : me_(me), m_(m), be_(be), lists_(schedule::two_bw_steps(p, m)) {
     for (const GptStage* s : stages) {
       older_.emplace_back(s->num_params(), Memory{be.alloc, be.release});
     }

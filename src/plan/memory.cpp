@@ -119,30 +119,34 @@ double allreduce_scratch(const CommConfig& cc, bool measures, double n, int p, i
   return n;
 }
 
-// Bytes of the engine's message buffers on pipeline rank pp_rank.
+// Bytes of the engine's message buffers on pipeline rank pp_rank: those of every list a step
+// may run (schedule::message_buffers, the engine's list; 2bw: its eight step lists). Host memory;
+// on a GPU (MPI staging, untested here) only the device copy of each received gradient.
 double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule::Schedule& sched,
                      int pp_rank, const std::vector<schedule::ChunkUse>& use) {
-  const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
-  double bytes = 0.0;
-  // one buffer per receive and gradient send, host memory; on a GPU (MPI staging, untested
-  // here) the device holds a copy of each received gradient instead
-  // (2bw: the engine's step lists name micro-batch j of step t (t mod 2)*m + j, so the unrolled
-  // list's three steps share two steps' buffers)
+  using schedule::MessageBuffer;
   const bool gpu = cfg.device.kind == DeviceKind::cuda;
-  const int mbs = cfg.parallel.micro_batches;
-  std::set<std::tuple<int, int, int>> made; // (op, buffer id, chunk)
-  for (const schedule::Action& a : actions) {
-    const int id =
-        cfg.parallel.schedule == ScheduleKind::two_bw ? (a.mb / mbs) % 2 * mbs + a.mb % mbs : a.mb;
-    if (!made.insert({static_cast<int>(a.op), id, a.chunk}).second) continue;
-    const bool host_msg = a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD || a.op == Op::SEND_GRAD;
-    if (gpu ? a.op == Op::RECV_GRAD : host_msg) bytes += buf(s.R * s.C);
-    // V placement: an input gradient handed to this rank's previous chunk
-    const int st = sched.stage_of(pp_rank, a.chunk);
-    if ((a.op == Op::B || a.op == Op::BI) && st > 0 && sched.rank_of(st - 1) == pp_rank) {
-      bytes += buf(s.R * s.C);
-    }
+  std::vector<schedule::Schedule> steps;
+  if (cfg.parallel.schedule == ScheduleKind::two_bw) {
+    steps = schedule::two_bw_steps(sched.p, cfg.parallel.micro_batches);
+  } else {
+    steps.push_back(sched);
   }
+  double bytes = 0.0;
+  std::set<std::tuple<int, int, int>> made; // (kind, micro-batch id, chunk)
+  for (const schedule::Schedule& step : steps) {
+    const auto& list = step.ranks[static_cast<std::size_t>(pp_rank)];
+    schedule::message_buffers(sched, pp_rank, list,
+                              [&](MessageBuffer kind, const schedule::Action& a) {
+                                if (!made.insert({static_cast<int>(kind), a.mb, a.chunk}).second)
+                                  return;
+                                const bool counted = kind == MessageBuffer::local_gradient ||
+                                                     (gpu ? kind == MessageBuffer::received_gradient
+                                                          : kind != MessageBuffer::activation_send);
+                                if (counted) bytes += buf(s.R * s.C);
+                              });
+  }
+  const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
   // bf16 over MPI (comm/p2p.hpp): receives are widened and gradient sends packed in place; an
   // activation send is packed into a copy held until it completes, before its micro-batch's
   // slot is freed: at most one copy per live slot of a chunk that sends activations

@@ -278,6 +278,13 @@ Schedule two_bw_step(int p, int m, int parity, bool warm, bool drain) {
   return s;
 }
 
+std::vector<Schedule> two_bw_steps(int p, int m) {
+  std::vector<Schedule> steps;
+  for (int k = 0; k < 8; ++k)
+    steps.push_back(two_bw_step(p, m, k % 2, (k / 2) % 2 == 1, k / 4 == 1));
+  return steps;
+}
+
 Schedule two_bw(int p, int m) {
   need_two_bw(p, m);
   constexpr int kSteps = 3;

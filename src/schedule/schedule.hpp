@@ -88,6 +88,35 @@ struct ChunkUse {
 };
 std::vector<ChunkUse> chunk_use(const std::vector<Action>& actions, int chunks);
 
+// The message buffers PipelineEngine keeps for one of rank `rank`'s lists under placement s:
+// f(kind, action) for each action that needs one. A buffer is kept per (kind, micro-batch id,
+// chunk): actions of the same key share it. The engine allocates them and the memory model
+// counts them from this one list.
+enum class MessageBuffer {
+  received_activation, // RECV_ACT's
+  received_gradient,   // RECV_GRAD's
+  gradient_send,       // SEND_GRAD's
+  local_gradient,      // B or BI's input gradient for this rank's previous chunk (V placement)
+  activation_send,     // SEND_ACT's (a copy, where the messages are staged)
+};
+template <class Fn>
+void message_buffers(const Schedule& s, int rank, const std::vector<Action>& list, Fn&& f) {
+  for (const Action& a : list) {
+    if (a.op == Op::RECV_ACT) {
+      f(MessageBuffer::received_activation, a);
+    } else if (a.op == Op::RECV_GRAD) {
+      f(MessageBuffer::received_gradient, a);
+    } else if (a.op == Op::SEND_GRAD) {
+      f(MessageBuffer::gradient_send, a);
+    } else if (a.op == Op::B || a.op == Op::BI) {
+      const int st = s.stage_of(rank, a.chunk);
+      if (st > 0 && s.rank_of(st - 1) == rank) f(MessageBuffer::local_gradient, a);
+    } else if (a.op == Op::SEND_ACT) {
+      f(MessageBuffer::activation_send, a);
+    }
+  }
+}
+
 // Every channel of the schedule, ordered by (grad, from, to): the same list on every rank, so
 // ranks can set up their channels' connections one after another in this order.
 std::vector<Channel> channels(const Schedule& s);
@@ -149,6 +178,8 @@ Schedule forward_only(const Schedule& placement);
 // steps: what the validator proves, the simulator times and the memory model sizes.
 // Both need m >= p.
 Schedule two_bw_step(int p, int m, int parity, bool warm, bool drain);
+// The eight step lists the engine may run, index parity + 2 warm + 4 drain.
+std::vector<Schedule> two_bw_steps(int p, int m);
 Schedule two_bw(int p, int m);
 
 } // namespace pt::schedule
