@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -57,18 +58,35 @@ int schema(int argc, char** argv) {
   }
 }
 
-// The subcommands (rank 0 runs them; one host thread): plan, schedule, keys (the key reference
-// of docs/deck.md), schema. Returns the exit code, or -1 when argv names none.
+// `pipetrain plan` (rank 0 runs it; one host thread). Returns the exit code, or -1 when argv
+// names another command.
 int subcommand(int argc, char** argv) {
-  const std::string cmd = argc > 1 ? argv[1] : "";
-  if (cmd != "plan" && cmd != "schedule" && cmd != "keys" && cmd != "schema") return -1;
+  if (argc < 2 || std::string(argv[1]) != "plan") return -1;
   if (world_rank() != 0) return 0;
   const pt::ops::HostThreads threads(1);
-  if (cmd == "plan") return pt::plan_main(argc - 1, argv + 1);
-  if (cmd == "schedule") return pt::schedule_main(argc - 1, argv + 1);
-  if (cmd == "schema") return schema(argc, argv);
-  std::fputs(pt::deck_keys_markdown().c_str(), stdout);
-  return 0;
+  return pt::plan_main(argc - 1, argv + 1);
+}
+
+// The subcommands that need no communicator, run without starting MPI (at once, and with no
+// launcher): schedule, keys (the key reference of docs/deck.md), schema. Under a launcher only
+// the first rank prints. Returns the exit code, or -1 when argv names none.
+int offline_subcommand(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd != "schedule" && cmd != "keys" && cmd != "schema") return -1;
+  for (const char* rank : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    const char* r = std::getenv(rank);
+    if (r != nullptr && std::string(r) != "0") return 0;
+  }
+  try {
+    const pt::ops::HostThreads threads(1);
+    if (cmd == "schedule") return pt::schedule_main(argc - 1, argv + 1);
+    if (cmd == "schema") return schema(argc, argv);
+    std::fputs(pt::deck_keys_markdown().c_str(), stdout);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipetrain: fatal: unexpected error: %s\n", e.what());
+    return static_cast<int>(pt::ExitCode::other);
+  }
 }
 
 // Every rank runs this; only rank 0 prints. Returns the process exit code.
@@ -142,6 +160,7 @@ int run(int argc, char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
+  if (const int code = offline_subcommand(argc, argv); code >= 0) return code;
   // SIGTERM and SIGUSR1 are collected by the trainer between steps (graceful stop); blocked here,
   // before MPI and BLAS start threads, so every thread inherits the mask
   sigset_t stop_signals;

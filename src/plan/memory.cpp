@@ -40,19 +40,27 @@ double buf(double n) {
   return static_cast<double>(aligned_bytes(static_cast<std::size_t>(n) * 4));
 }
 
-// The shapes of one stage of this rank, with the host backend's attention buffer.
-StageShapes shapes_of(const RunConfig& cfg) {
+// The shapes of one stage of this rank, with the attention buffer of `be` (GptStage::shapes), or
+// of the host backend.
+StageShapes shapes_of(const RunConfig& cfg, const Backend* be) {
   const ModelConfig& m = cfg.model;
-  const int tp = cfg.parallel.tp;
-  return StageShapes(m, cfg.train.micro_batch, tp, cfg.parallel.sequence_parallel,
-                     host_backend().attention_floats(cfg.train.micro_batch, m.seq_len,
-                                                     m.d_model / tp, m.n_head / tp),
-                     activation_format(cfg.device.precision));
+  const int tp = cfg.parallel.tp, B = cfg.train.micro_batch, Ct = m.d_model / tp;
+  const int NH = m.n_head / tp;
+  const ActFormat format = activation_format(cfg.device.precision);
+  const Backend& b = be != nullptr ? *be : host_backend();
+  const bool keeps_qkv = format == ActFormat::bf16 && b.attention_keeps_qkv != nullptr &&
+                         b.attention_keeps_qkv(B, m.seq_len, Ct, NH);
+  return StageShapes(m, B, tp, cfg.parallel.sequence_parallel,
+                     b.attention_floats(B, m.seq_len, Ct, NH), format, keeps_qkv);
 }
 
-// Floats of attention_backward's scratch: on the host a (T,T) tile per thread of the rank, at
-// most one per (batch row, head) pair (kernels/host/ops_host.cpp)
-double attention_scratch(const RunConfig& cfg, const StageShapes& s) {
+// Floats of attention_backward's scratch: be's; without it the host's, a (T,T) tile per thread
+// of the rank, at most one per (batch row, head) pair (kernels/host/ops_host.cpp)
+double attention_scratch(const RunConfig& cfg, const StageShapes& s, const Backend* be) {
+  if (be != nullptr) {
+    return static_cast<double>(be->attention_scratch(static_cast<int>(s.B), static_cast<int>(s.T),
+                                                     static_cast<int>(s.NH)));
+  }
   const auto threads = static_cast<std::size_t>(std::max(1, cfg.device.threads));
   const std::size_t lanes = cfg.device.kind == DeviceKind::cuda ? 1 : std::min(threads, s.B * s.NH);
   return static_cast<double>(lanes * s.T * s.T);
@@ -77,11 +85,12 @@ double stash_bytes(const StageShapes& s, const StageSpec& spec, int blocks) {
 // A stage's workspace (GptStage's: the same list), with attention's scratch for the planned
 // threads, and backward()'s one-block stash where the schedule runs fused backwards.
 double workspace_bytes(const RunConfig& cfg, const StageShapes& s, const StageSpec& spec,
-                       bool fused) {
+                       bool fused, const Backend* be) {
   double bytes = 0.0;
   StageWorkspace counted;
   stage_workspace_buffers(counted, s, spec, cfg.train.recompute,
-                          static_cast<std::size_t>(attention_scratch(cfg, s)), CountBytes{bytes});
+                          static_cast<std::size_t>(attention_scratch(cfg, s, be)),
+                          CountBytes{bytes});
   return bytes + (fused ? stash_bytes(s, spec, 1) : 0.0);
 }
 
@@ -126,26 +135,25 @@ double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule:
                      int pp_rank, const std::vector<schedule::ChunkUse>& use) {
   using schedule::MessageBuffer;
   const bool gpu = cfg.device.kind == DeviceKind::cuda;
-  std::vector<schedule::Schedule> steps;
+  const auto me = static_cast<std::size_t>(pp_rank);
+  std::vector<schedule::Schedule> two_bw; // its eight step lists, else the plan's own list
   if (cfg.parallel.schedule == ScheduleKind::two_bw) {
-    steps = schedule::two_bw_steps(sched.p, cfg.parallel.micro_batches);
-  } else {
-    steps.push_back(sched);
+    two_bw = schedule::two_bw_steps(sched.p, cfg.parallel.micro_batches);
   }
+  std::vector<const std::vector<schedule::Action>*> lists;
+  for (const schedule::Schedule& step : two_bw) lists.push_back(&step.ranks[me]);
+  if (two_bw.empty()) lists.push_back(&sched.ranks[me]);
+  // a buffer per (kind, micro-batch id, chunk), counted once
+  std::set<std::tuple<int, int, int>> made;
   double bytes = 0.0;
-  std::set<std::tuple<int, int, int>> made; // (kind, micro-batch id, chunk)
-  for (const schedule::Schedule& step : steps) {
-    const auto& list = step.ranks[static_cast<std::size_t>(pp_rank)];
-    schedule::message_buffers(sched, pp_rank, list,
-                              [&](MessageBuffer kind, const schedule::Action& a) {
-                                if (!made.insert({static_cast<int>(kind), a.mb, a.chunk}).second)
-                                  return;
-                                const bool counted = kind == MessageBuffer::local_gradient ||
-                                                     (gpu ? kind == MessageBuffer::received_gradient
-                                                          : kind != MessageBuffer::activation_send);
-                                if (counted) bytes += buf(s.R * s.C);
-                              });
-  }
+  const auto count = [&](MessageBuffer kind, const schedule::Action& a) {
+    if (!made.insert({static_cast<int>(kind), a.mb, a.chunk}).second) return;
+    const bool counted =
+        kind == MessageBuffer::local_gradient ||
+        (gpu ? kind == MessageBuffer::received_gradient : kind != MessageBuffer::activation_send);
+    if (counted) bytes += buf(s.R * s.C);
+  };
+  for (const auto* list : lists) schedule::message_buffers(sched, pp_rank, *list, count);
   const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
   // bf16 over MPI (comm/p2p.hpp): receives are widened and gradient sends packed in place; an
   // activation send is packed into a copy held until it completes, before its micro-batch's
@@ -164,10 +172,10 @@ double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule:
 
 } // namespace
 
-MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_rank,
-                              int dp_node_size) {
+MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_rank, int dp_node_size,
+                              const Backend* be) {
   const ModelConfig& m = cfg.model;
-  const StageShapes s = shapes_of(cfg);
+  const StageShapes s = shapes_of(cfg, be);
   const schedule::Schedule& sched = plan.schedule;
   const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
   const std::vector<schedule::ChunkUse> use = schedule::chunk_use(actions, sched.v);
@@ -211,7 +219,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     e.per_slot += slot;
     e.slots = std::max(e.slots, peak);
     e.activations += peak * slot;
-    e.workspace += workspace_bytes(cfg, s, spec, fused);
+    e.workspace += workspace_bytes(cfg, s, spec, fused, be);
   }
   e.messages = message_bytes(cfg, s, sched, pp_rank, use);
   // ZeRO-1: the optimizer's padded bucket for the all-gather and, without poll, the

@@ -12,6 +12,8 @@
 
 namespace pt {
 
+struct Backend;
+
 class Layout;
 struct Plan;
 
@@ -29,9 +31,11 @@ struct MemoryEstimate {
 };
 
 // The estimate for pipeline rank pp_rank (every tp and dp rank of it allocates the same), its dp
-// group dp_node_size ranks per node (Layout::dp_node_size).
-MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_rank,
-                              int dp_node_size);
+// group dp_node_size ranks per node (Layout::dp_node_size). be: the backend the run opens, whose
+// attention buffers it counts (a GPU's keep less than the host's); null: the host's, for the
+// planned threads a rank.
+MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_rank, int dp_node_size,
+                              const Backend* be = nullptr);
 
 // The bytes this rank may use: 90% of its node's memory (or of the cgroup's limit, or of what
 // the node has available now, when lower) shared by the ranks on the node, or with device.kind =

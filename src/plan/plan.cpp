@@ -128,8 +128,11 @@ Plan make_plan(const RunConfig& cfg, const Layout& layout, bool profile) {
   if (!v.ok) fatal("internal error: generated schedule is invalid: " + v.error);
   plan.peak_live = v.peak_live;
   plan.predicted = schedule::simulate(plan.schedule, schedule::Costs{1, 2, 1, 1, 0});
+  // a GPU run's attention keeps what its kernels keep: asked of the backend the run opens
+  const Backend* be =
+      profile && cfg.device.kind == DeviceKind::cuda ? &open_backend(cfg, layout.world()) : nullptr;
   for (int r = 0; r < cfg.parallel.pp; ++r)
-    plan.memory.push_back(predict_memory(cfg, plan, r, layout.dp_node_size()));
+    plan.memory.push_back(predict_memory(cfg, plan, r, layout.dp_node_size(), be));
   plan.memory_limit = memory_limit(cfg, layout.world(), plan.memory_source);
   return plan;
 }

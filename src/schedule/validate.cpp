@@ -1,8 +1,6 @@
 #include "schedule/validate.hpp"
 
 #include <algorithm>
-#include <map>
-#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -21,7 +19,12 @@ std::string where(int rank, std::size_t index, const Action& a) {
 // every rank has reached it). Returns "" or the first problem.
 class Replay {
 public:
-  explicit Replay(const Schedule& s) : s_(s) {}
+  // Every flag is dense, by (micro-batch, stage) and by message slot (message_slot): the planner
+  // replays thousands of candidate schedules.
+  explicit Replay(const Schedule& s)
+      : s_(s), S_(static_cast<std::size_t>(s.stages())), M_(static_cast<std::size_t>(s.m)),
+        sent_(2 * M_ * S_, {-1, 0}), got_(2 * M_ * S_, 0), f_(M_ * S_, 0), b_(M_ * S_, 0),
+        bi_(M_ * S_, 0), bw_(M_ * S_, 0) {}
 
   template <class OnRun> std::string run(OnRun&& on_run) {
     return run(on_run, [](int, int) {});
@@ -44,7 +47,7 @@ public:
           if (is_recv) {
             const std::string err = check_peer(r, i, a);
             if (!err.empty()) return err;
-            if (!sent_.count(key_of_recv(r, a))) break; // blocked
+            if (!sent(key_of_recv(r, a))) break; // blocked
           }
           if (a.op == Op::STEP) {
             const std::size_t R = static_cast<std::size_t>(r);
@@ -79,7 +82,27 @@ public:
 
   const std::vector<int>& peak_live() const { return peak_; }
 
+  // A message's slot among message_slots() (kind, micro-batch, sender stage), or npos when its
+  // micro-batch or stage is out of range.
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  std::size_t message_slot(const MsgKey& k) const {
+    const auto [kind, mb, st] = k;
+    if (mb < 0 || mb >= s_.m || st < 0 || static_cast<std::size_t>(st) >= S_) return npos;
+    return (static_cast<std::size_t>(kind) * M_ + static_cast<std::size_t>(mb)) * S_ +
+           static_cast<std::size_t>(st);
+  }
+  std::size_t message_slots() const { return sent_.size(); }
+
 private:
+  std::size_t at(int mb, int st) const {
+    return static_cast<std::size_t>(mb) * S_ + static_cast<std::size_t>(st);
+  }
+  bool sent(const MsgKey& k) const {
+    const std::size_t i = message_slot(k);
+    return i != npos && sent_[i].first >= 0;
+  }
+  bool got(const MsgKey& k) const { return got_[message_slot(k)] != 0; }
+
   std::string check_peer(int r, std::size_t i, const Action& a) const {
     const int st = s_.stage_of(r, a.chunk);
     const bool act = a.op == Op::RECV_ACT || a.op == Op::SEND_ACT;
@@ -104,7 +127,7 @@ private:
              ", v " + std::to_string(s_.v) + ")";
     }
     const int st = s_.stage_of(r, a.chunk);
-    const auto id = std::make_pair(a.mb, st);
+    const std::size_t id = at(a.mb, st);
     const std::size_t R = static_cast<std::size_t>(r);
     if (peak_.size() < static_cast<std::size_t>(s_.p)) {
       peak_.assign(static_cast<std::size_t>(s_.p), 0);
@@ -112,58 +135,58 @@ private:
     }
     switch (a.op) {
     case Op::F: {
-      if (f_.count(id)) return where(r, i, a) + ": runs a second time";
-      const bool input = st == 0 || (s_.rank_of(st - 1) == r ? f_.count({a.mb, st - 1}) > 0
-                                                             : got_.count({0, a.mb, st - 1}) > 0);
+      if (f_[id]) return where(r, i, a) + ": runs a second time";
+      const bool input =
+          st == 0 || (s_.rank_of(st - 1) == r ? f_[at(a.mb, st - 1)] : got({0, a.mb, st - 1}));
       if (!input) {
         return where(r, i, a) + ": its input activation has not arrived (no RECV_ACT, or the "
                                 "previous stage's F, before it)";
       }
-      f_.insert(id);
+      f_[id] = 1;
       peak_[R] = std::max(peak_[R], ++live_[R]);
       break;
     }
     case Op::B:
     case Op::BI: {
-      if (b_.count(id) || bi_.count(id)) return where(r, i, a) + ": runs a second time";
-      if (!f_.count(id)) return where(r, i, a) + ": comes before its forward";
+      if (b_[id] || bi_[id]) return where(r, i, a) + ": runs a second time";
+      if (!f_[id]) return where(r, i, a) + ": comes before its forward";
       const bool grad =
-          st == s_.stages() - 1 || (s_.rank_of(st + 1) == r ? done_backward({a.mb, st + 1})
-                                                            : got_.count({1, a.mb, st + 1}) > 0);
+          st == s_.stages() - 1 ||
+          (s_.rank_of(st + 1) == r ? done_backward(at(a.mb, st + 1)) : got({1, a.mb, st + 1}));
       if (!grad) {
         return where(r, i, a) + ": its output gradient has not arrived (no RECV_GRAD, or the next "
                                 "stage's backward, before it)";
       }
       if (a.op == Op::B) {
-        b_.insert(id);
+        b_[id] = 1;
         --live_[R];
       } else {
-        bi_.insert(id);
+        bi_[id] = 1;
       }
       break;
     }
     case Op::BW:
-      if (!bi_.count(id)) return where(r, i, a) + ": comes before its BI";
-      if (bw_.count(id)) return where(r, i, a) + ": runs a second time";
-      bw_.insert(id);
+      if (!bi_[id]) return where(r, i, a) + ": comes before its BI";
+      if (bw_[id]) return where(r, i, a) + ": runs a second time";
+      bw_[id] = 1;
       --live_[R];
       break;
     case Op::SEND_ACT:
     case Op::SEND_GRAD: {
       const std::string err = check_peer(r, i, a);
       if (!err.empty()) return err;
-      const bool have = a.op == Op::SEND_ACT ? f_.count(id) > 0 : done_backward(id);
+      const bool have = a.op == Op::SEND_ACT ? f_[id] != 0 : done_backward(id);
       if (!have) return where(r, i, a) + ": sends what has not been computed yet";
       const MsgKey k = key_of_send(r, a);
-      if (sent_.count(k)) return where(r, i, a) + ": sends the same message twice";
-      sent_[k] = where(r, i, a);
+      if (sent(k)) return where(r, i, a) + ": sends the same message twice";
+      sent_[message_slot(k)] = {r, i};
       break;
     }
     case Op::RECV_ACT:
     case Op::RECV_GRAD: {
       const MsgKey k = key_of_recv(r, a);
-      if (got_.count(k)) return where(r, i, a) + ": receives the same message twice";
-      got_.insert(k);
+      if (got(k)) return where(r, i, a) + ": receives the same message twice";
+      got_[message_slot(k)] = 1;
       break;
     }
     case Op::STEP: // returned above
@@ -172,9 +195,7 @@ private:
     return "";
   }
 
-  bool done_backward(const std::pair<int, int>& id) const {
-    return b_.count(id) > 0 || bi_.count(id) > 0;
-  }
+  bool done_backward(std::size_t id) const { return b_[id] || bi_[id]; }
 
   std::string deadlock(const std::vector<std::size_t>& pc) const {
     // Every unfinished rank waits at a RECV on its peer: follow the waits to a cycle.
@@ -207,17 +228,22 @@ private:
   }
 
   std::string finish() const {
-    for (const auto& [k, w] : sent_) {
-      if (!got_.count(k)) return w + ": is never received";
+    for (std::size_t k = 0; k < sent_.size(); ++k) { // in (kind, micro-batch, stage) order
+      const auto [r, i] = sent_[k];
+      if (r >= 0 && !got_[k]) {
+        return where(r, i, s_.ranks[static_cast<std::size_t>(r)][i]) + ": is never received";
+      }
     }
     for (int st = 0; st < s_.stages(); ++st) {
       for (int mb = 0; mb < s_.m; ++mb) {
-        const auto id = std::make_pair(mb, st);
-        const std::string what = "rank " + std::to_string(s_.rank_of(st)) + ": micro-batch " +
-                                 std::to_string(mb) + " of stage " + std::to_string(st);
-        if (!f_.count(id)) return what + " has no forward";
-        if (!b_.count(id) && !(bi_.count(id) && bw_.count(id))) {
-          return what + (bi_.count(id) ? " has BI but no BW" : " has no backward");
+        const std::size_t id = at(mb, st);
+        const auto what = [&] {
+          return "rank " + std::to_string(s_.rank_of(st)) + ": micro-batch " + std::to_string(mb) +
+                 " of stage " + std::to_string(st);
+        };
+        if (!f_[id]) return what() + " has no forward";
+        if (!b_[id] && !(bi_[id] && bw_[id])) {
+          return what() + (bi_[id] ? " has BI but no BW" : " has no backward");
         }
       }
     }
@@ -225,9 +251,10 @@ private:
   }
 
   const Schedule& s_;
-  std::map<MsgKey, std::string> sent_;
-  std::set<MsgKey> got_;
-  std::set<std::pair<int, int>> f_, b_, bi_, bw_;
+  std::size_t S_, M_;                             // stages, micro-batches
+  std::vector<std::pair<int, std::size_t>> sent_; // per message slot: (rank, action) or rank -1
+  std::vector<char> got_;                         // per message slot
+  std::vector<char> f_, b_, bi_, bw_;             // per (micro-batch, stage): ran
   std::vector<int> peak_, live_;
   std::vector<int> arrived_; // per rank: STEPs reached
 };
@@ -267,7 +294,7 @@ Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
   Simulation out;
   out.busy.assign(P, 0.0);
   std::vector<double> now(P, 0.0);
-  std::map<MsgKey, double> arrival;
+  std::vector<double> arrival;   // per message slot
   std::vector<double> barrier;   // per STEP: when the last rank reached it
   std::vector<int> passed(P, 0); // per rank: STEPs passed
   auto arrive = [&](int r, int k) {
@@ -276,6 +303,7 @@ Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
         std::max(barrier[static_cast<std::size_t>(k)], now[static_cast<std::size_t>(r)]);
   };
   Replay replay(s);
+  arrival.assign(replay.message_slots(), 0.0);
   const std::string err = replay.run(
       [&](int r, std::size_t, const Action& a) {
         const std::size_t R = static_cast<std::size_t>(r);
@@ -296,11 +324,11 @@ Simulation simulate(const Schedule& s, const std::vector<Costs>& per_rank) {
           break;
         case Op::SEND_ACT:
         case Op::SEND_GRAD:
-          arrival[replay.key_of_send(r, a)] = now[R] + c.comm;
+          arrival[replay.message_slot(replay.key_of_send(r, a))] = now[R] + c.comm;
           break;
         case Op::RECV_ACT:
         case Op::RECV_GRAD:
-          now[R] = std::max(now[R], arrival.at(replay.key_of_recv(r, a)));
+          now[R] = std::max(now[R], arrival[replay.message_slot(replay.key_of_recv(r, a))]);
           break;
         case Op::STEP:
           now[R] = barrier[static_cast<std::size_t>(passed[R]++)];
