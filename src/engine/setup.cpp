@@ -253,7 +253,9 @@ Trainer::Trainer(const RunConfig& cfg, const Layout& layout, const Plan& plan)
   if (cfg.log.trace) engine_->set_trace(&trace_);
   // MFU denominator: every rank's measured matrix-product rate (host sgemm, or cuBLAS at the
   // deck's precision), summed. Ranks sharing a GPU each count it: MFU is then understated.
-  peak_flops_ = cfg.device.kind == DeviceKind::cuda ? cuda::measure_gemm_flops(0.25)
+  const bool quick = test_hooks().quick_peak;
+  peak_flops_ = cfg.device.kind == DeviceKind::cuda ? cuda::measure_gemm_flops(quick ? 0.01 : 0.25)
+                : quick                             ? measure_sgemm_flops(0.01, 256)
                                                     : measure_sgemm_flops(0.25);
   watchdog_.allreduce(&peak_flops_, 1, MPI_DOUBLE, MPI_SUM, layout.world(),
                       "the sum of the ranks' measured peak rates");

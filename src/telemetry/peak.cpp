@@ -7,10 +7,9 @@
 
 namespace pt {
 
-double measure_sgemm_flops(double seconds) {
+double measure_sgemm_flops(double seconds, int n) {
   // 2048^3: eight blocks of the host products (kernels/host/gemm.hpp), so a rank's threads all
   // take part, as in the model's products
-  constexpr int n = 2048;
   // a probe, not training memory: plain vectors, outside the measured memory (memory_count)
   std::vector<float> a(static_cast<std::size_t>(n) * n), b(a.size()), c(a.size());
   for (std::size_t i = 0; i < a.size(); ++i) {

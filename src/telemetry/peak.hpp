@@ -3,8 +3,8 @@
 
 namespace pt {
 
-// FLOP/s of 2048^3 sgemm through the kernel API on this rank (its threads), measured for about
-// `seconds`.
-double measure_sgemm_flops(double seconds);
+// FLOP/s of n^3 sgemm through the kernel API on this rank (its threads), measured for about
+// `seconds` (at least one product after one of warm-up).
+double measure_sgemm_flops(double seconds, int n = 2048);
 
 } // namespace pt

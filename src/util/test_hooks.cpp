@@ -18,6 +18,7 @@ TestHooks read_hooks() {
   h.drop_send = is_one("PIPETRAIN_TEST_DROP_SEND");
   h.withhold_tp = is_one("PIPETRAIN_TEST_WITHHOLD_TP");
   h.check_tp_replicas = is_one("PIPETRAIN_CHECK_TP_REPLICAS");
+  h.quick_peak = is_one("PIPETRAIN_TEST_QUICK_PEAK");
   if (const char* k = std::getenv("PIPETRAIN_TEST_KILL_IN_CHECKPOINT"))
     h.kill_in_checkpoint = std::atoi(k);
   if (const char* k = std::getenv("PIPETRAIN_TEST_STALL_IN_CHECKPOINT"))

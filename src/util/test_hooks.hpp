@@ -14,6 +14,9 @@
 //                                       every tp rank
 //   PIPETRAIN_TEST_BF16_PRODUCTS=1      host kernels whose products round their inputs to bf16
 //                                       as a GPU's do: the model's GPU paths at bf16 on the host
+//   PIPETRAIN_TEST_QUICK_PEAK=1         the peak rate (MFU's denominator) from a 256^3 product
+//                                       for 10 ms instead of 2048^3 for 0.25 s: the test suite
+//                                       starts hundreds of runs and reads no MFU
 #pragma once
 
 namespace pt {
@@ -26,6 +29,7 @@ struct TestHooks {
   int stall_in_checkpoint = -1; // the step; -1: never
   bool check_tp_replicas = false;
   bool bf16_products = false;
+  bool quick_peak = false;
 };
 
 // Read from the environment at the first call.
