@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend.hpp"
 #include "config/run_config.hpp"
 #include "model/param_layout.hpp"
 #include "util/buffer.hpp"
@@ -102,6 +103,17 @@ struct StageShapes {
   // floats that hold n values kept in the format: n, or n bf16 values two to a float
   std::size_t kept(std::size_t n) const { return packed ? (n + 1) / 2 : n; }
 };
+
+// A stage's shapes with the attention buffer backend `be` fills (Backend::attention_floats) and
+// whether it keeps qkv (at bf16): GptStage's, and the memory model's for the backend a run opens.
+inline StageShapes backend_shapes(const ModelConfig& m, int micro_batch, int tp,
+                                  bool sequence_parallel, ActFormat format, const Backend& be) {
+  const int Ct = m.d_model / tp, NH = m.n_head / tp;
+  const bool keeps_qkv = format == ActFormat::bf16 && be.attention_keeps_qkv != nullptr &&
+                         be.attention_keeps_qkv(micro_batch, m.seq_len, Ct, NH);
+  return StageShapes(m, micro_batch, tp, sequence_parallel,
+                     be.attention_floats(micro_batch, m.seq_len, Ct, NH), format, keeps_qkv);
+}
 
 // f(buffer, floats) for every buffer of one block's activations; last: the stage's last block,
 // whose output (the stage's, which the pipeline sends) stays unpacked.

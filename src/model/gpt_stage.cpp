@@ -37,10 +37,11 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       params_(layout_.total(), mem_), grads_(layout_.total(), mem_), recompute_(recompute),
       format_(format) {
   find_tensors();
-  stage_workspace_buffers(ws_, shapes(), spec_, recompute_, backend.attention_scratch(B_, T_, NH_),
+  const StageShapes s = shapes();
+  stage_workspace_buffers(ws_, s, spec_, recompute_, backend.attention_scratch(B_, T_, NH_),
                           Allocate{mem_});
-  att16_ = shapes().att16;
-  qkv_in_att_ = shapes().qkv_in_att && recompute_ == Recompute::none;
+  att16_ = s.att16;
+  qkv_in_att_ = s.qkv_in_att && recompute_ == Recompute::none;
   packed_products_ = format_ == ActFormat::bf16 && be_.bf16_products != nullptr &&
                      be_.bf16_products() && !sp_ && recompute_ != Recompute::full;
   if (spec_.last && tied(model_)) {
@@ -172,10 +173,7 @@ void GptStage::fold_tied_head_grad() {
 }
 
 StageShapes GptStage::shapes() const {
-  const bool keeps_qkv = format_ == ActFormat::bf16 && be_.attention_keeps_qkv != nullptr &&
-                         be_.attention_keeps_qkv(B_, T_, Ct_, NH_);
-  return StageShapes(model_, B_, tp_.size, tp_.sequence_parallel,
-                     be_.attention_floats(B_, T_, Ct_, NH_), format_, keeps_qkv);
+  return backend_shapes(model_, B_, tp_.size, tp_.sequence_parallel, format_, be_);
 }
 
 BlockView GptStage::view(BlockActivations& kept, bool last) {

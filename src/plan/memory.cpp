@@ -40,18 +40,12 @@ double buf(double n) {
   return static_cast<double>(aligned_bytes(static_cast<std::size_t>(n) * 4));
 }
 
-// The shapes of one stage of this rank, with the attention buffer of `be` (GptStage::shapes), or
-// of the host backend.
+// The shapes of one stage of this rank, with the attention buffer of `be`, or of the host
+// backend.
 StageShapes shapes_of(const RunConfig& cfg, const Backend* be) {
-  const ModelConfig& m = cfg.model;
-  const int tp = cfg.parallel.tp, B = cfg.train.micro_batch, Ct = m.d_model / tp;
-  const int NH = m.n_head / tp;
-  const ActFormat format = activation_format(cfg.device.precision);
-  const Backend& b = be != nullptr ? *be : host_backend();
-  const bool keeps_qkv = format == ActFormat::bf16 && b.attention_keeps_qkv != nullptr &&
-                         b.attention_keeps_qkv(B, m.seq_len, Ct, NH);
-  return StageShapes(m, B, tp, cfg.parallel.sequence_parallel,
-                     b.attention_floats(B, m.seq_len, Ct, NH), format, keeps_qkv);
+  return backend_shapes(cfg.model, cfg.train.micro_batch, cfg.parallel.tp,
+                        cfg.parallel.sequence_parallel, activation_format(cfg.device.precision),
+                        be != nullptr ? *be : host_backend());
 }
 
 // Floats of attention_backward's scratch: be's; without it the host's, a (T,T) tile per thread
