@@ -44,6 +44,7 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
   qkv_in_att_ = s.qkv_in_att && recompute_ == Recompute::none;
   packed_products_ = format_ == ActFormat::bf16 && be_.bf16_products != nullptr &&
                      be_.bf16_products() && !sp_ && recompute_ != Recompute::full;
+  gelu_packed_ = packed_products_ && !llama_;
   if (spec_.last && tied(model_)) {
     head_grad_ = FloatBuffer(static_cast<std::size_t>(V_) * C_, mem_);
   }
@@ -203,7 +204,7 @@ BlockView GptStage::view(BlockActivations& kept, bool last) {
     v.atty16 = as_bf16(kept.atty);
     v.ln2_16 = as_bf16(kept.ln2);
     v.fch_gelu16 = as_bf16(kept.fch_gelu);
-    if (!llama_) v.fch16 = as_bf16(kept.fch);
+    if (gelu_packed_) v.fch16 = as_bf16(kept.fch);
   }
   return v;
 }
@@ -235,14 +236,14 @@ void packed_tensors(BlockActivations& kept, BlockActivations& work, Recompute rc
 void GptStage::pack(BlockActivations& kept, bool last) {
   if (format_ != ActFormat::bf16) return;
   packed_tensors(
-      kept, ws_.work, recompute_, packed_products_, packed_products_ && !llama_, !last, att16_,
+      kept, ws_.work, recompute_, packed_products_, gelu_packed_, !last, att16_,
       [&](FloatBuffer& k, FloatBuffer& w) { be_.pack_bf16(as_bf16(k), w.data(), w.size()); });
 }
 
 void GptStage::unpack(BlockActivations& kept) {
   if (format_ != ActFormat::bf16) return;
   packed_tensors(
-      kept, ws_.work, recompute_, packed_products_, packed_products_ && !llama_, false, att16_,
+      kept, ws_.work, recompute_, packed_products_, gelu_packed_, false, att16_,
       [&](FloatBuffer& k, FloatBuffer& w) { be_.unpack_bf16(w.data(), as_bf16(k), w.size()); });
 }
 

@@ -249,6 +249,8 @@ private:
   // parallelism, activations kept: the four product inputs are packed as they are made and the
   // products read them packed, in the forward and in the backward (none is widened again)
   bool packed_products_ = false;
+  // gpt2 with packed products: GELU writes fch and its output packed (BlockView::fch16)
+  bool gelu_packed_ = false;
   ActFormat format_;
   bool qkv_in_att_ = false;   // att keeps a copy of qkv for the backward: qkv is not kept
   bool att16_ = false;        // bf16 and att holds the probabilities: they are stored in bf16 too
