@@ -1,5 +1,6 @@
 #include "config/deck_keys.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -312,6 +313,31 @@ std::vector<DeckKey> make_table() {
       number("model", "norm_eps", &RC::model, &M::norm_eps, 0.0, 1.0, true,
              {"llama: RMSNorm's epsilon (gpt2's LayerNorm uses 1e-5)"}),
 
+      integer("moe", "experts", &RC::model, &M::moe_experts, 0, 4096,
+              {"routed experts of an MoE layer (docs/moe.md); 0 = a dense model"}),
+      integer("moe", "top_k", &RC::model, &M::moe_top_k, 1, 4096,
+              {"experts each token goes to: the k largest router probabilities, their weights "
+               "renormalised to sum to 1 (Mixtral's router)",
+               "yes", "1..moe.experts"}),
+      integer("moe", "ffn_hidden", &RC::model, &M::moe_ffn_hidden, 0, 1 << 20,
+              {"an expert's hidden width; 0 = the dense MLP's (gpt2: 4 d_model; llama: "
+               "model.ffn_hidden)"}),
+      integer("moe", "every", &RC::model, &M::moe_every, 1, 4096,
+              {"an MoE layer every k blocks: layers 0, k, 2k, ...; the others keep the dense MLP"}),
+      integer("moe", "shared_experts", &RC::model, &M::moe_shared_experts, 0, 64,
+              {"always-on experts of the expert width that every token also goes to, with "
+               "weight 1"}),
+      number("moe", "capacity_factor", &RC::model, &M::moe_capacity_factor, 0.0, 1024.0, false,
+             {"0 = dropless; > 0: an expert takes at most ceil(factor * tokens * top_k / "
+              "experts) tokens of a micro-batch, later ones (in token order) are dropped and "
+              "counted"}),
+      number("moe", "aux_loss", &RC::model, &M::moe_aux_loss, 0.0, 1e3, false,
+             {"weight of the load-balancing loss (Switch/Mixtral form, per MoE layer, added to "
+              "the training objective; metrics.jsonl's loss stays the cross-entropy)"}),
+      number("moe", "z_loss", &RC::model, &M::moe_z_loss, 0.0, 1e3, false,
+             {"weight of the router z-loss (ST-MoE: mean squared log-sum-exp of the router "
+              "logits); 0 = off"}),
+
       integer("parallel", "pp", &RC::parallel, &P::pp, 1, 65536, {"pipeline ranks"}),
       integer("parallel", "tp", &RC::parallel, &P::tp, 1, 65536,
               {"tensor-parallel degree; must divide n_head and vocab_size "
@@ -503,9 +529,24 @@ std::vector<std::pair<std::string, std::string>> model_description(const ModelCo
   c.model.tie_embeddings = tied(m);
   c.model.n_kv_head = kv_heads(m);
   c.model.ffn_hidden = mlp_width(m);
+  const ModelConfig dense;
+  if (m.moe_experts == 0) { // the [moe] keys do nothing
+    c.model.moe_top_k = dense.moe_top_k;
+    c.model.moe_every = dense.moe_every;
+    c.model.moe_shared_experts = dense.moe_shared_experts;
+    c.model.moe_ffn_hidden = dense.moe_ffn_hidden;
+  } else {
+    c.model.moe_ffn_hidden = expert_width(m);
+  }
+  // training choices, not the model: a run may resume with others
+  const char* const training[] = {"capacity_factor", "aux_loss", "z_loss"};
   std::vector<std::pair<std::string, std::string>> out;
   for (const DeckKey& k : deck_keys()) {
     if (k.section == "model") out.emplace_back(k.name, k.value(c));
+    if (k.section == "moe" &&
+        std::find(std::begin(training), std::end(training), k.name) == std::end(training)) {
+      out.emplace_back("moe." + k.name, k.value(c));
+    }
   }
   return out;
 }

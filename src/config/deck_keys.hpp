@@ -35,7 +35,8 @@ const std::vector<DeckKey>& deck_keys();
 
 // What makes two models the same model: every [model] key of the table with its value, derived
 // values resolved (n_kv_head, ffn_hidden, tie_embeddings) and llama's keys at their defaults for
-// gpt2, where they do nothing. A checkpoint resumes only under an equal description.
+// gpt2, where they do nothing; the [moe] keys that shape the model ("moe.experts", ...; at their
+// defaults for a dense model). A checkpoint resumes only under an equal description.
 std::vector<std::pair<std::string, std::string>> model_description(const ModelConfig& m);
 
 // Section -> its key names, for the unknown-key check.

@@ -49,6 +49,35 @@ void check_llama(const ModelConfig& m, const Rules& r) {
   }
 }
 
+// The [moe] keys, and the layouts and formats MoE layers do not run yet (docs/moe.md)
+void check_moe(const RunConfig& c, const Rules& r) {
+  const ModelConfig& m = c.model;
+  if (m.moe_experts == 0) return;
+  if (m.moe_top_k > m.moe_experts) {
+    r.fail("moe", "top_k",
+           "= " + std::to_string(m.moe_top_k) + " is more than moe.experts = " +
+               std::to_string(m.moe_experts) + ": a token goes to at most every expert once");
+  }
+  // what: the key's value; why: what the MoE layers lack; fix: the change that runs
+  const auto refuse = [&](const char* sec, const char* key, const std::string& what,
+                          const char* why, const char* fix) {
+    r.fail(sec, key,
+           what + " does not run with moe.experts > 0: " + why + " (docs/moe.md); " + fix);
+  };
+  if (c.parallel.tp > 1) {
+    refuse("parallel", "tp", "= " + std::to_string(c.parallel.tp),
+           "experts are not split over tensor-parallel ranks", "use parallel.tp = 1");
+  }
+  if (activation_format(c.device.precision) == ActFormat::bf16) {
+    refuse("device", "precision", "= \"bf16\"", "the MoE layers keep fp32 activations only",
+           "use device.precision = \"fp32\"");
+  }
+  if (c.device.kind != DeviceKind::host) {
+    refuse("device", "kind", "= \"cuda\"", "routing and expert dispatch run on the host only",
+           "use device.kind = \"host\"");
+  }
+}
+
 void check_model_train_data(RunConfig& c, const Rules& r) {
   if (c.model.d_model % c.model.n_head != 0) {
     r.fail("model", "n_head",
@@ -56,6 +85,7 @@ void check_model_train_data(RunConfig& c, const Rules& r) {
                std::to_string(c.model.d_model) + ": choose a head count that divides d_model");
   }
   check_llama(c.model, r);
+  check_moe(c, r);
   if (c.train.warmup_steps > c.train.steps) {
     c.warnings += "warning: train.warmup_steps = " + std::to_string(c.train.warmup_steps) +
                   " is more than train.steps = " + std::to_string(c.train.steps) +
@@ -253,6 +283,18 @@ int mlp_width(const ModelConfig& m) {
 
 int qkv_rows(const ModelConfig& m) {
   return (m.n_head + 2 * kv_heads(m)) * head_dim(m);
+}
+
+bool is_moe_layer(const ModelConfig& m, int l) {
+  return m.moe_experts > 0 && l % m.moe_every == 0;
+}
+
+int moe_layer_count(const ModelConfig& m) {
+  return m.moe_experts > 0 ? (m.n_layer + m.moe_every - 1) / m.moe_every : 0;
+}
+
+int expert_width(const ModelConfig& m) {
+  return m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : mlp_width(m);
 }
 
 void validate(RunConfig& c, int world_size, const KeySource& where) {

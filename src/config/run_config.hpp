@@ -28,6 +28,20 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   // the head reuses the token embedding; absent: the architecture's default (tied())
   std::optional<bool> tie_embeddings;
+  // [moe] (docs/moe.md): routed experts in place of the MLP of every moe_every-th block (layers
+  // 0, every, 2 every, ...); 0 experts: a dense model. Each token goes to its top_k experts
+  // (softmax, top-k, weights renormalised over the chosen) and to every shared expert; the expert
+  // width 0 means the dense MLP's. capacity_factor 0: dropless; > 0: each expert takes at most
+  // ceil(factor * tokens * top_k / experts) tokens of a micro-batch, the rest are dropped. The
+  // load-balancing loss (Switch form) and the router z-loss are weighted by aux_loss, z_loss.
+  int moe_experts = 0;
+  int moe_top_k = 2;
+  int moe_ffn_hidden = 0;
+  int moe_every = 1;
+  int moe_shared_experts = 0;
+  double moe_capacity_factor = 0.0;
+  double moe_aux_loss = 0.01;
+  double moe_z_loss = 0.0;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -39,6 +53,11 @@ bool tied(const ModelConfig& m);
 int kv_heads(const ModelConfig& m);
 int mlp_width(const ModelConfig& m);
 int qkv_rows(const ModelConfig& m);
+// Mixture of experts: whether layer l's MLP is routed experts; the MoE layers in order; an
+// expert's hidden width (moe_ffn_hidden, else mlp_width).
+bool is_moe_layer(const ModelConfig& m, int l);
+int moe_layer_count(const ModelConfig& m);
+int expert_width(const ModelConfig& m);
 
 struct ParallelConfig {
   int pp = 1;

@@ -5,6 +5,7 @@
 // Letters as in gpt_stage.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -29,6 +30,10 @@ struct BlockActivations {
   FloatBuffer ln2, ln2_mean, ln2_rstd; // (R,C), (R), (R)
   FloatBuffer fch, fch_gelu;           // (N,FI), (N,F): GELU's (llama: SwiGLU's) input, output
   FloatBuffer out;                     // (R,C) block output = res2 + MLP branch
+  // MoE layers (docs/moe.md): fch and fch_gelu hold the experts' gathered rows, (MR,FIE) and
+  // (MR,FE); the router's probabilities and log-sum-exps; the experts' outputs before the weights
+  FloatBuffer router, router_lse; // (N,E), (N)
+  FloatBuffer moe_y;              // (MR,C)
 };
 
 // One block's activations as its forward and backward read and write them: fp32 buffers, each the
@@ -36,7 +41,7 @@ struct BlockActivations {
 // recompute).
 struct BlockView {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
-      *fch_gelu, *out;
+      *fch_gelu, *out, *router, *router_lse, *moe_y;
   // The kept packed copies of the four product inputs (ln1, atty, ln2, fch_gelu) where the
   // products read them packed (GptStage::packed_products_), else null; fch16: fch's, which
   // gpt2's GELU then writes packed as it reads fch (else null).
@@ -65,6 +70,9 @@ struct BlockStash {
   FloatBuffer d_ln1;           // (R,C)
   FloatBuffer dx;              // (R,C) gradient of the block input
   FloatBuffer g_dout, g_res2;  // (N,C) sequence parallel: dout and d_res2 gathered over tp
+  // MoE layers: the gradients of the experts' outputs and first products, of the router logits
+  FloatBuffer moe_dy, moe_dfch; // (MR,C), (MR,FIE)
+  FloatBuffer moe_dlogits;      // (N,E)
 };
 
 // What a whole stage's backward-input leaves for its backward-weight (split backward).
@@ -87,6 +95,9 @@ struct StageStash {
 struct StageShapes {
   std::size_t B, T, C, Ct, NH, QKV, F, FI, V, N, R, stats, att;
   bool sp, packed, att16, qkv_in_att;
+  // MoE layers: E routed experts, FE an expert's width and FIE its first product's, MR the most
+  // gathered rows (N * (top_k + shared experts)); every: the MoE layers' spacing
+  std::size_t E, FE, FIE, MR, every;
   StageShapes(const ModelConfig& m, int micro_batch, int tp, bool sequence_parallel,
               std::size_t attention_floats, ActFormat format = ActFormat::fp32,
               bool attention_keeps_qkv = false)
@@ -99,7 +110,21 @@ struct StageShapes {
         R(sequence_parallel && tp > 1 ? N / static_cast<std::size_t>(tp) : N),
         stats(m.arch == Arch::llama ? 0 : R), att(attention_floats),
         sp(sequence_parallel && tp > 1), packed(format == ActFormat::bf16),
-        att16(packed && att == B * NH * T * T), qkv_in_att(attention_keeps_qkv) {}
+        att16(packed && att == B * NH * T * T), qkv_in_att(attention_keeps_qkv),
+        E(static_cast<std::size_t>(m.moe_experts)),
+        FE(static_cast<std::size_t>(m.moe_experts > 0 ? expert_width(m) : 0)),
+        FIE(m.arch == Arch::llama ? 2 * FE : FE),
+        MR(m.moe_experts > 0 ? N * static_cast<std::size_t>(m.moe_top_k + m.moe_shared_experts)
+                             : 0),
+        every(static_cast<std::size_t>(m.moe_every)) {}
+  // whether layer l is an MoE layer; whether the stage's layers [begin, end) have one
+  bool moe(int l) const { return E > 0 && static_cast<std::size_t>(l) % every == 0; }
+  bool any_moe(int begin, int end) const {
+    for (int l = begin; l < end; ++l) {
+      if (moe(l)) return true;
+    }
+    return false;
+  }
   // floats that hold n values kept in the format: n, or n bf16 values two to a float
   std::size_t kept(std::size_t n) const { return packed ? (n + 1) / 2 : n; }
 };
@@ -115,11 +140,15 @@ inline StageShapes backend_shapes(const ModelConfig& m, int micro_batch, int tp,
                      be.attention_floats(micro_batch, m.seq_len, Ct, NH), format, keeps_qkv);
 }
 
+// What a block is: a dense MLP's, an MoE layer's, or either (the working copy of a stage with
+// both: each buffer the larger).
+enum class BlockKind { dense, moe, either };
+
 // f(buffer, floats) for every buffer of one block's activations; last: the stage's last block,
 // whose output (the stage's, which the pipeline sends) stays unpacked.
 template <class Fn>
 void block_activation_buffers(BlockActivations& k, const StageShapes& s, Recompute rc, bool last,
-                              Fn&& f) {
+                              BlockKind kind, Fn&& f) {
   const std::size_t out = last ? s.R * s.C : s.kept(s.R * s.C);
   if (rc == Recompute::full) { // the block's output only: the next block's input
     f(k.out, out);
@@ -137,9 +166,15 @@ void block_activation_buffers(BlockActivations& k, const StageShapes& s, Recompu
   f(k.ln2, s.kept(s.R * s.C));
   f(k.ln2_mean, s.stats);
   f(k.ln2_rstd, s.R);
-  f(k.fch, s.kept(s.N * s.FI));
-  f(k.fch_gelu, s.kept(s.N * s.F));
+  const bool dense = kind != BlockKind::moe, moe = kind != BlockKind::dense;
+  f(k.fch, std::max(dense ? s.kept(s.N * s.FI) : 0, moe ? s.MR * s.FIE : 0));
+  f(k.fch_gelu, std::max(dense ? s.kept(s.N * s.F) : 0, moe ? s.MR * s.FE : 0));
   f(k.out, out);
+  if (moe) {
+    f(k.router, s.N * s.E);
+    f(k.router_lse, s.N);
+    f(k.moe_y, s.MR * s.C);
+  }
 }
 
 // f(buffer, elements) for every buffer of one micro-batch's activations of a stage.
@@ -151,7 +186,8 @@ void stage_activation_buffers(StageActivations& a, const StageShapes& s, const S
   f(a.input, s.R * s.C);
   for (int l = spec.layer_begin; l < spec.layer_end; ++l) {
     a.blocks.emplace_back();
-    block_activation_buffers(a.blocks.back(), s, rc, l + 1 == spec.layer_end, f);
+    block_activation_buffers(a.blocks.back(), s, rc, l + 1 == spec.layer_end,
+                             s.moe(l) ? BlockKind::moe : BlockKind::dense, f);
   }
   if (spec.last) {
     f(a.lnf, s.R * s.C);
@@ -167,9 +203,17 @@ void stage_activation_buffers(StageActivations& a, const StageShapes& s, const S
 template <class Fn>
 void stage_stash_buffers(StageStash& st, const StageShapes& s, const StageSpec& spec,
                          std::size_t blocks, Fn&& f) {
+  const bool any_moe = s.any_moe(spec.layer_begin, spec.layer_end);
   for (std::size_t l = 0; l < blocks; ++l) {
     st.blocks.emplace_back();
     BlockStash& b = st.blocks.back();
+    // one stash per block: an MoE layer's; one reused by every block: a stage's with one
+    const int layer = spec.layer_begin + static_cast<int>(l);
+    if (blocks == 1 ? any_moe : s.moe(layer)) {
+      f(b.moe_dy, s.MR * s.C);
+      f(b.moe_dfch, s.MR * s.FIE);
+      f(b.moe_dlogits, s.N * s.E);
+    }
     f(b.d_fch, s.N * s.FI);
     f(b.d_ln2, s.R * s.C);
     f(b.d_res2, s.R * s.C);
@@ -199,6 +243,11 @@ struct StageWorkspace {
   FloatBuffer x_work;                    // (R,C) bf16: a block's input, widened
   FloatBuffer gath, part;                // (N,C) sequence parallel: gathered rows, partial sums
   FloatBuffer ce_max, ce_sum, ce_target; // (N) last stage, tp > 1: the vocabulary-parallel loss
+  // MoE layers: the experts' gathered input rows and their gradient, the gradient of their
+  // activation's output, of the routed weights
+  FloatBuffer moe_x, moe_dx; // (MR,C)
+  FloatBuffer moe_dh;        // (MR,FE)
+  FloatBuffer moe_dweight;   // (N,top_k)
 };
 
 // f(buffer, elements) for every buffer of a stage's workspace. att_scratch: the floats of
@@ -218,7 +267,9 @@ void stage_workspace_buffers(StageWorkspace& w, const StageShapes& s, const Stag
   if (rc == Recompute::full || s.packed) {
     StageShapes unpacked = s; // the working copy holds every buffer, unpacked, qkv too
     unpacked.packed = unpacked.qkv_in_att = false;
-    block_activation_buffers(w.work, unpacked, Recompute::none, true, f);
+    block_activation_buffers(
+        w.work, unpacked, Recompute::none, true,
+        s.any_moe(spec.layer_begin, spec.layer_end) ? BlockKind::either : BlockKind::dense, f);
   }
   if (s.packed) f(w.x_work, s.R * s.C);
   if (s.sp) {
@@ -229,6 +280,12 @@ void stage_workspace_buffers(StageWorkspace& w, const StageShapes& s, const Stag
     f(w.ce_max, s.N);
     f(w.ce_sum, s.N);
     f(w.ce_target, s.N);
+  }
+  if (s.any_moe(spec.layer_begin, spec.layer_end)) {
+    f(w.moe_x, s.MR * s.C);
+    f(w.moe_dx, s.MR * s.C);
+    f(w.moe_dh, s.MR * s.FE);
+    f(w.moe_dweight, s.MR); // N * top_k of them
   }
 }
 

@@ -37,6 +37,12 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       params_(layout_.total(), mem_), grads_(layout_.total(), mem_), recompute_(recompute),
       format_(format) {
   find_tensors();
+  for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
+    if (is_moe_layer(model_, l)) moe_stats_.layers.push_back(l);
+  }
+  moe_stats_.tokens.assign(moe_stats_.layers.size() * static_cast<std::size_t>(model_.moe_experts),
+                           0.0);
+  moe_stats_.dropped.assign(moe_stats_.layers.size(), 0.0);
   const StageShapes s = shapes();
   stage_workspace_buffers(ws_, s, spec_, recompute_, backend.attention_scratch(B_, T_, NH_),
                           Allocate{mem_});
@@ -113,9 +119,12 @@ BlockTensors GptStage::block(float* base, int layer) const {
     const std::size_t off = o[static_cast<std::size_t>(r)];
     return off == kNone ? nullptr : base + off; // llama has no biases
   };
-  return {at(Role::ln1_w),  at(Role::ln1_b),  at(Role::qkv_w), at(Role::qkv_b),
-          at(Role::proj_w), at(Role::proj_b), at(Role::ln2_w), at(Role::ln2_b),
-          at(Role::fc_w),   at(Role::fc_b),   at(Role::fcp_w), at(Role::fcp_b)};
+  return {at(Role::ln1_w),        at(Role::ln1_b),       at(Role::qkv_w),
+          at(Role::qkv_b),        at(Role::proj_w),      at(Role::proj_b),
+          at(Role::ln2_w),        at(Role::ln2_b),       at(Role::fc_w),
+          at(Role::fc_b),         at(Role::fcp_w),       at(Role::fcp_b),
+          at(Role::router_w),     at(Role::shared_fc_w), at(Role::shared_fc_b),
+          at(Role::shared_fcp_w), at(Role::shared_fcp_b)};
 }
 
 EdgeTensors GptStage::edges(float* base) const {
@@ -199,6 +208,9 @@ BlockView GptStage::view(BlockActivations& kept, bool last) {
           : kept.att.size() > 0                   ? kept.att.data()
                                                   : nullptr;
   v.out = at(kept.out, ws_.work.out, bf16 && !last);
+  v.router = at(kept.router, ws_.work.router, full);
+  v.router_lse = at(kept.router_lse, ws_.work.router_lse, full);
+  v.moe_y = at(kept.moe_y, ws_.work.moe_y, full);
   if (packed_products_) {
     v.ln1_16 = as_bf16(kept.ln1);
     v.atty16 = as_bf16(kept.atty);
@@ -293,11 +305,15 @@ void GptStage::block_forward(int i, const float* x, const BlockView& a) {
   be_.residual_add(a.res2, x, RC, format_ == ActFormat::bf16);
   norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b);
   product_input(a.ln2, RC);
-  linear_forward(a.fch, whole_rows(a.ln2), a.ln2_16, w.fc_w, w.fc_b, C, FI_);
-  mlp_activation(a);
-  linear_forward(partial_for(a.out), a.fch16 != nullptr ? nullptr : a.fch_gelu, a.fch_gelu16,
-                 w.fcp_w, bias_here ? w.fcp_b : nullptr, F, C);
-  reduce_partial(a.out);
+  if (moe_layer(i)) {
+    moe_forward(spec_.layer_begin + i, a);
+  } else {
+    linear_forward(a.fch, whole_rows(a.ln2), a.ln2_16, w.fc_w, w.fc_b, C, FI_);
+    mlp_activation(a);
+    linear_forward(partial_for(a.out), a.fch16 != nullptr ? nullptr : a.fch_gelu, a.fch_gelu16,
+                   w.fcp_w, bias_here ? w.fcp_b : nullptr, F, C);
+    reduce_partial(a.out);
+  }
   be_.residual_add(a.out, a.res2, RC, format_ == ActFormat::bf16); // the MLP branch's, the same
   // the block's output, stored between blocks; packing rounds it where it is kept packed
   if (a.out == ws_.work.out.data() && format_ == ActFormat::bf16) return;
@@ -313,12 +329,14 @@ float GptStage::forward(StageActivations& a, float loss_scale) {
     reduce_partial(a.input.data());
     stored(a.input);
   }
+  counting_ = loss_scale != 0.0f; // a training forward: its routing counts
   for (std::size_t i = 0; i < a.blocks.size(); ++i) {
     const int b = static_cast<int>(i);
     const bool last = i + 1 == a.blocks.size();
     block_forward(b, block_input(a, b), view(a.blocks[i], last));
     pack(a.blocks[i], last);
   }
+  counting_ = false;
   if (!spec_.last) {
     be_.synchronize();
     return 0.0f;
@@ -400,15 +418,20 @@ void GptStage::block_backward_input(int i, const float* x, const BlockView& a, c
   s.dout = dout;
   // MLP branch (row-parallel proj: its input gradient needs no communication, but with sp the
   // whole rows of the output gradient, gathered)
-  const float* g_dout = gather_into(s.g_dout, dout);
-  linear_backward(ws_.d_fch_gelu.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
-                  a.fch_gelu, a.fch_gelu16); // stored by the activation's backward, as it reads it
-  mlp_activation_backward(s.d_fch.data(), a, ws_.d_fch_gelu.data());
-  product_input(s.d_fch.data(), s.d_fch.size());
-  // column-parallel fc: sum the input gradient's shares
-  linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, FI_,
-                  wg ? g.fc_w : nullptr, g.fc_b, wg ? whole_rows(a.ln2) : nullptr, a.ln2_16);
-  reduce_partial(s.d_ln2.data());
+  if (moe_layer(i)) {
+    moe_backward(spec_.layer_begin + i, a, dout, s.d_ln2.data(), s, wg);
+  } else {
+    const float* g_dout = gather_into(s.g_dout, dout);
+    linear_backward(ws_.d_fch_gelu.data(), g_dout, w.fcp_w, F, C, wg ? g.fcp_w : nullptr, g.fcp_b,
+                    a.fch_gelu,
+                    a.fch_gelu16); // stored by the activation's backward, as it reads it
+    mlp_activation_backward(s.d_fch.data(), a, ws_.d_fch_gelu.data());
+    product_input(s.d_fch.data(), s.d_fch.size());
+    // column-parallel fc: sum the input gradient's shares
+    linear_backward(partial_for(s.d_ln2.data()), s.d_fch.data(), w.fc_w, C, FI_,
+                    wg ? g.fc_w : nullptr, g.fc_b, wg ? whole_rows(a.ln2) : nullptr, a.ln2_16);
+    reduce_partial(s.d_ln2.data());
+  }
   stored(s.d_ln2);
   copy_floats(s.d_res2.data(), dout, RC); // residual path
   norm_backward_input(s.d_res2.data(), s.d_ln2.data(), a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd);
@@ -442,11 +465,15 @@ void GptStage::block_backward_weight(int i, const float* x, const BlockView& a, 
   const int C = C_, Ct = Ct_, F = F_;
   // with sp: the gathered output gradients; the norms' inputs gathered again (not kept); the
   // norms' gradients from this rank's rows (sum_sequence_parallel_grads adds the rest)
-  if (linears) { // the weight gradients alone: no weights, no input gradient
+  if (linears && moe_layer(i)) {
+    moe_backward_weight(spec_.layer_begin + i, a, s);
+  } else if (linears) { // the weight gradients alone: no weights, no input gradient
     linear_backward(nullptr, sp_ ? s.g_dout.data() : s.dout, nullptr, F, C, g.fcp_w, g.fcp_b,
                     a.fch_gelu, a.fch_gelu16);
     linear_backward(nullptr, s.d_fch.data(), nullptr, C, FI_, g.fc_w, g.fc_b, whole_rows(a.ln2),
                     a.ln2_16);
+  }
+  if (linears) {
     linear_backward(nullptr, sp_ ? s.g_res2.data() : s.d_res2.data(), nullptr, Ct, C, g.proj_w,
                     g.proj_b, a.atty, a.atty16);
     linear_backward(nullptr, s.d_qkv.data(), nullptr, C, QKV_, g.qkv_w, g.qkv_b, whole_rows(a.ln1),
@@ -502,6 +529,7 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
   // One block stash reused block after block; the gradient flowing down the stage lives in
   // fused_.d_input, which also ends up holding the stage input's gradient.
   prepare_backward();
+  aux_scale_ = static_cast<double>(loss_scale) * N_;
   const std::size_t RC = static_cast<std::size_t>(R_) * C_;
   float* flow = fused_.d_input.data();
   const float* grad = dout;
@@ -533,6 +561,7 @@ void GptStage::backward(StageActivations& a, const float* dout, float loss_scale
 
 void GptStage::backward_input(StageActivations& a, const float* dout, float loss_scale,
                               StageStash& s) {
+  aux_scale_ = static_cast<double>(loss_scale) * N_;
   const float* grad = dout;
   if (spec_.last) {
     head_backward_input(a, loss_scale, s.d_lnf.data(), s.d_output.data());

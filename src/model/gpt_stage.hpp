@@ -13,12 +13,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
 #include "comm/group_reducer.hpp"
 #include "config/run_config.hpp"
 #include "model/activations.hpp"
+#include "model/moe.hpp"
 #include "model/param_layout.hpp"
 #include "util/buffer.hpp"
 
@@ -38,6 +40,28 @@ struct BlockTensors {
   float* fc_b;   // (4C)
   float* fcp_w;  // (C, 4C)
   float* fcp_b;  // (C)
+  // MoE layers (docs/moe.md): fc_w.. fcp_b are the E routed experts' stacks; the router; the
+  // shared experts' stacks (null: none)
+  float* router_w;     // (E, C)
+  float* shared_fc_w;  // (S, FIE, C)
+  float* shared_fc_b;  // (S, FE)
+  float* shared_fcp_w; // (S, C, FE)
+  float* shared_fcp_b; // (S, C)
+};
+
+// One expert's tensors inside a block's stacks (biases null for llama).
+struct ExpertTensors {
+  float *fc_w, *fc_b, *fcp_w, *fcp_b;
+};
+
+// What the MoE layers of a stage routed since the last take_moe_stats(), for metrics.jsonl:
+// per MoE layer of the stage (in layer order) the routed slots each expert kept and the dropped
+// ones; the sums over micro-batches of the weighted auxiliary losses (balance and z).
+struct MoeStats {
+  std::vector<int> layers;     // the stage's MoE layers
+  std::vector<double> tokens;  // (layers x E)
+  std::vector<double> dropped; // (layers)
+  double aux = 0.0;
 };
 
 // Non-block tensors (null when the stage does not hold them).
@@ -142,6 +166,9 @@ public:
   void backward_input(StageActivations& a, const float* dout, float loss_scale, StageStash& s);
   void backward_weight(StageActivations& a, StageStash& s);
 
+  // What the MoE layers routed in the training forwards (loss_scale != 0) since the last call.
+  MoeStats take_moe_stats();
+
   // Called with the layer's index after each block's weight gradients are computed (backward
   // and backward_weight), for starting their reduction early; empty: none.
   void set_weight_grad_hook(std::function<void(int)> hook) { weight_grad_hook_ = std::move(hook); }
@@ -220,6 +247,19 @@ private:
   void mlp_activation(const BlockView& a) const;
   void mlp_activation_backward(float* d_fch, const BlockView& a, const float* dh) const;
   void layer_done(int layer) const; // runs the weight-gradient hook
+  // An MoE layer's branch (gpt_stage_moe.cpp): a.ln2 routed to the experts, their weighted sum
+  // into a.out; its backward from dout, the branch's gradient: d_ln2 writes, and the router's and
+  // experts' weight gradients accumulate.
+  ExpertTensors expert(const BlockTensors& w, int x) const;
+  void moe_route(const BlockView& a);
+  void moe_forward(int layer, const BlockView& a);
+  // with_weights false: the experts' and router's weight gradients are left to
+  // moe_backward_weight, from what s keeps
+  void moe_backward(int layer, const BlockView& a, const float* dout, float* d_ln2, BlockStash& s,
+                    bool with_weights);
+  void moe_backward_weight(int layer, const BlockView& a, const BlockStash& s);
+  std::pair<std::size_t, int> expert_rows(int x) const;
+  bool moe_layer(int i) const { return is_moe_layer(model_, spec_.layer_begin + i); }
   // x (n) as the activation format stores it: rounded to bfloat16 at bf16, untouched at fp32
   void stored(float* x, std::size_t n) const;
   void stored(FloatBuffer& x) const { stored(x.data(), x.size()); }
@@ -258,6 +298,13 @@ private:
   StageStash fused_;          // one block's stash, reused by backward() block after block
   FloatBuffer head_grad_;     // (V,C) the tied head's share of d wte (see fold_tied_head_grad)
   std::vector<float> losses_host_; // (N) a device backend's losses, read back by forward()
+  // MoE layers: the routing of the micro-batch at hand (made again from the kept probabilities in
+  // the backward); the statistics forward() adds to when counting (a training forward); the
+  // backward's d objective / d a micro-batch's auxiliary loss (tokens * loss_scale)
+  moe::Routing routing_;
+  MoeStats moe_stats_;
+  bool counting_ = false;
+  double aux_scale_ = 0.0;
   // Found once, at construction: per block of the stage each role's offset in the flat buffers,
   // and the edge tensors' (kNone where the stage or the architecture has none). The step path
   // takes its pointers from here.

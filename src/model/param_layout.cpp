@@ -52,6 +52,9 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
     case Scope::head:
       return stage.last && !tied(m);
     case Scope::block:
+    case Scope::dense:
+    case Scope::moe:
+    case Scope::shared:
       return false; // per layer, below
     }
     return false;
@@ -62,7 +65,7 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
   }
   for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
     for (const TensorSpec& s : table) {
-      if (s.scope == Scope::block) add(s, m, l);
+      if (held_in_layer(s.scope, m, l)) add(s, m, l);
     }
   }
   for (const TensorSpec& s : table) {
@@ -113,35 +116,74 @@ std::size_t ParamLayout::index_of(const ParamTensor& t) const {
 
 namespace {
 
-// Elements of the architecture's tensors that `pick` selects (model/schema.hpp).
-template <class Pick> double schema_elements(const ModelConfig& m, Pick pick) {
+// Elements of the architecture's tensors that `pick` selects, each times share(spec).
+template <class Pick, class Share>
+double schema_elements(const ModelConfig& m, Pick pick, Share share) {
   double n = 0.0;
   for (const TensorSpec& s : schema(m.arch)) {
     if (!pick(s)) continue;
-    double size = 1.0;
+    double size = share(s);
     for (int d : s.shape(m)) size *= d;
     n += size;
   }
   return n;
 }
 
+// The embedding's, the final norm's and the head's (a tied head counted once).
+double edge_params(const ModelConfig& m) {
+  return schema_elements(
+      m,
+      [&m](const TensorSpec& s) {
+        return !in_blocks(s.scope) && (s.scope != Scope::head || !tied(m));
+      },
+      [](const TensorSpec&) { return 1.0; });
+}
+
+// Elements of layer l's tensors, each tensor weighted by share(spec): 0 leaves it out.
+template <class Share> double layer_elements(const ModelConfig& m, int l, Share share) {
+  return schema_elements(
+      m, [&](const TensorSpec& s) { return held_in_layer(s.scope, m, l); }, share);
+}
+
+// The share of a tensor one token passes through: a routed expert stack's top_k of its experts.
+double token_share(const ModelConfig& m, const TensorSpec& s) {
+  const bool routed = s.scope == Scope::moe && s.role != Role::router_w;
+  return routed ? static_cast<double>(m.moe_top_k) / m.moe_experts : 1.0;
+}
+
 } // namespace
 
 double layer_matrix_params(const ModelConfig& m) {
-  return schema_elements(
-      m, [&m](const TensorSpec& s) { return s.scope == Scope::block && s.shape(m).size() == 2; });
+  double n = 0.0;
+  for (int l = 0; l < m.n_layer; ++l) {
+    n += layer_elements(m, l, [&m](const TensorSpec& s) {
+      return s.shape(m).size() >= 2 ? token_share(m, s) : 0.0;
+    });
+  }
+  return n / m.n_layer;
 }
 
-std::size_t layer_params(const ModelConfig& m) {
-  return static_cast<std::size_t>(
-      schema_elements(m, [](const TensorSpec& s) { return s.scope == Scope::block; }));
+std::size_t layer_params(const ModelConfig& m, int l) {
+  return static_cast<std::size_t>(layer_elements(m, l, [](const TensorSpec&) { return 1.0; }));
 }
 
 std::size_t count_model_params(const ModelConfig& m) {
-  const double edges = schema_elements(m, [&m](const TensorSpec& s) {
-    return s.scope != Scope::block && (s.scope != Scope::head || !tied(m));
-  });
-  return static_cast<std::size_t>(edges) + layer_params(m) * static_cast<std::size_t>(m.n_layer);
+  std::size_t n = static_cast<std::size_t>(edge_params(m));
+  for (int l = 0; l < m.n_layer; ++l) n += layer_params(m, l);
+  return n;
+}
+
+std::size_t layer_params(const ModelConfig& m) {
+  return (count_model_params(m) - static_cast<std::size_t>(edge_params(m))) /
+         static_cast<std::size_t>(m.n_layer);
+}
+
+double active_model_params(const ModelConfig& m) {
+  double n = edge_params(m);
+  for (int l = 0; l < m.n_layer; ++l) {
+    n += layer_elements(m, l, [&m](const TensorSpec& s) { return token_share(m, s); });
+  }
+  return n;
 }
 
 } // namespace pt

@@ -71,10 +71,15 @@ private:
 // "h/007/" for layer 7.
 std::string layer_prefix(int layer);
 
-// Parameters of one transformer block: its matrices' (for FLOPs: 2 per token each), and all.
+// Parameters of one transformer block: the matrices' one token passes through (for FLOPs: 2 per
+// token each; an MoE layer's router, top_k of its routed experts and its shared experts), averaged
+// over the layers; all of layer l's; all of a layer, averaged over the layers.
 double layer_matrix_params(const ModelConfig& m);
+std::size_t layer_params(const ModelConfig& m, int l);
 std::size_t layer_params(const ModelConfig& m);
-// Parameters of the whole model (tied embedding counted once), for FLOPs and reports.
+// Parameters of the whole model (tied embedding counted once), for reports; those one token
+// passes through (an MoE layer's top_k routed experts of its experts), for FLOPs.
 std::size_t count_model_params(const ModelConfig& m);
+double active_model_params(const ModelConfig& m);
 
 } // namespace pt

@@ -15,30 +15,38 @@ namespace pt {
 
 // What a tensor is to the kernels, whatever its name. Block roles come between wpe and lnf_w.
 enum class Role {
-  wte,     // (V, C) token embedding; the head's weight when tied
-  wpe,     // (T, C) learned positions
-  ln1_w,   // (C) the attention's norm
-  ln1_b,   // (C)
-  qkv_w,   // (q + 2 kv rows, C) packed query, key and value projections
-  qkv_b,   // (q + 2 kv rows)
-  proj_w,  // (C, C) the attention's output projection
-  proj_b,  // (C)
-  ln2_w,   // (C) the MLP's norm
-  ln2_b,   // (C)
-  fc_w,    // (F or 2F, C) the MLP's input projection (llama: gate rows, then up rows)
-  fc_b,    // (F)
-  fcp_w,   // (C, F) the MLP's output projection
-  fcp_b,   // (C)
-  lnf_w,   // (C) the final norm
-  lnf_b,   // (C)
-  lm_head, // (V, C) the head's weight when untied
+  wte,    // (V, C) token embedding; the head's weight when tied
+  wpe,    // (T, C) learned positions
+  ln1_w,  // (C) the attention's norm
+  ln1_b,  // (C)
+  qkv_w,  // (q + 2 kv rows, C) packed query, key and value projections
+  qkv_b,  // (q + 2 kv rows)
+  proj_w, // (C, C) the attention's output projection
+  proj_b, // (C)
+  ln2_w,  // (C) the MLP's norm
+  ln2_b,  // (C)
+  fc_w,   // (F or 2F, C) the MLP's input projection (llama: gate rows, then up rows)
+  fc_b,   // (F)
+  fcp_w,  // (C, F) the MLP's output projection
+  fcp_b,  // (C)
+  // MoE layers (docs/moe.md): fc_w, fc_b, fcp_w, fcp_b then hold the routed experts, stacked:
+  // (E, F or 2F, C), (E, F), (E, C, F), (E, C); F the expert width
+  router_w,     // (E, C) the router's logits
+  shared_fc_w,  // (S, F or 2F, C) the shared experts, stacked as the routed ones
+  shared_fc_b,  // (S, F)
+  shared_fcp_w, // (S, C, F)
+  shared_fcp_b, // (S, C)
+  lnf_w,        // (C) the final norm
+  lnf_b,        // (C)
+  lm_head,      // (V, C) the head's weight when untied
 };
 inline constexpr int kRoles = static_cast<int>(Role::lm_head) + 1;
 const char* role_name(Role r);
 
 // Which stages hold a tensor: the first (embedding: and the last when the head is tied to it),
-// every block, the last (head: only when untied).
-enum class Scope { embedding, first, block, last, head };
+// every block, the last (head: only when untied). Among the blocks, dense: the MLP of a block
+// that is not an MoE layer; moe: an MoE layer's router and experts; shared: its shared experts.
+enum class Scope { embedding, first, block, dense, moe, shared, last, head };
 // Tensor parallelism: replicated, or split by rows (each part's rows, when made of parts) or
 // by columns.
 enum class TpSplit { replicated, rows, columns };
@@ -67,6 +75,10 @@ struct TensorSpec {
 // The architecture's tensors, in the order a stage's flat buffer holds them (embedding and first
 // scope, then each block's, then last and head).
 const std::vector<TensorSpec>& schema(Arch arch);
+
+// Whether a tensor of this scope lies in blocks, and whether layer l of model m holds it.
+bool in_blocks(Scope s);
+bool held_in_layer(Scope s, const ModelConfig& m, int l);
 
 // Hugging Face's name of one part of a tensor of layer `layer` (-1 outside blocks).
 std::string hf_name(const char* pattern, int layer);

@@ -20,7 +20,7 @@ namespace pt {
 double flops_per_token(const ModelConfig& m) {
   // an untied model's input embedding is a lookup, no product (tied, its matrix is the head's)
   const double lookup = tied(m) ? 0.0 : static_cast<double>(m.vocab_size) * m.d_model;
-  return 6.0 * (static_cast<double>(count_model_params(m)) - lookup) +
+  return 6.0 * (active_model_params(m) - lookup) +
          6.0 * m.n_layer * m.d_model * static_cast<double>(m.seq_len);
 }
 

@@ -14,8 +14,9 @@
 
 namespace pt {
 
-// 6 N + 6 L C T: the matrix products of forward and backward per token (PaLM's MFU count); N
-// leaves out an untied input embedding (a lookup).
+// 6 N + 6 L C T: the matrix products of forward and backward per token (PaLM's MFU count); N:
+// the parameters a token passes through (an MoE layer's top_k of its routed experts), without an
+// untied input embedding (a lookup).
 double flops_per_token(const ModelConfig& m);
 
 // What every rank derives from the deck before training: the partition and the schedule.
