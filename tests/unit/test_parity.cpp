@@ -1,8 +1,8 @@
 // pipetrain vs the PyTorch reference (tools/reference/gpt_reference.py, float64): logits, loss,
 // every parameter gradient, and ten AdamW steps, for a tied and an untied GPT-2 and two llama
-// models (grouped-query and untied; multi-head and tied). The same tests
-// run on the host backend here (pt_unit_tests) and on the CUDA backend in fp32 and bf16
-// (tests/cuda/parity_main.cpp supplies parity_target()).
+// models (grouped-query and untied; multi-head and tied), and on the host in fp32 for two
+// mixtures of experts. The same tests run on the host backend here (pt_unit_tests) and on the
+// CUDA backend in fp32 and bf16 (tests/cuda/parity_main.cpp supplies parity_target()).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,6 +63,16 @@ protected:
       c_.model.ffn_hidden = static_cast<int>(a("ffn_hidden"));
       c_.model.rope_theta = a("rope_theta");
       c_.model.norm_eps = a("norm_eps");
+    }
+    if (file_.has_attr(group_, "moe")) { // the mixture-of-experts groups
+      c_.model.moe_experts = static_cast<int>(a("experts"));
+      c_.model.moe_top_k = static_cast<int>(a("top_k"));
+      c_.model.moe_ffn_hidden = static_cast<int>(a("moe_ffn_hidden"));
+      c_.model.moe_every = static_cast<int>(a("every"));
+      c_.model.moe_shared_experts = static_cast<int>(a("shared_experts"));
+      c_.model.moe_capacity_factor = a("capacity_factor");
+      c_.model.moe_aux_loss = a("aux_loss");
+      c_.model.moe_z_loss = a("z_loss");
     }
     c_.B = static_cast<int>(a("batch"));
     c_.train.steps = static_cast<int>(a("steps"));
@@ -274,6 +284,12 @@ TEST_P(Parity, TenTwoBwSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Models, Parity,
                          ::testing::Values("tied", "untied", "llama_gqa", "llama_tied"));
+#ifndef PT_PARITY_EXTERNAL_TARGET
+// Mixtures of experts (docs/moe.md) run on the host in fp32 only: a GPT-2 with an MoE layer every
+// second block, a shared expert and a capacity that drops tokens; a Mixtral-style llama. The
+// objective the gradients are of adds each layer's auxiliary losses to the cross-entropy.
+INSTANTIATE_TEST_SUITE_P(Moe, Parity, ::testing::Values("moe_gpt2", "mixtral"));
+#endif
 
 } // namespace
 } // namespace pt

@@ -3,8 +3,9 @@
 the parity fixture writer.
 
 Writes tests/data/gpt_parity.h5, which tests/unit/test_parity.cpp checks pipetrain against:
-for a tied and an untied GPT-2 and two llama models (untied with grouped-query attention, tied
-without), the float32 weights, one batch, its logits, mean loss and
+for a tied and an untied GPT-2, two llama models (untied with grouped-query attention, tied
+without) and two mixtures of experts (docs/moe.md: a GPT-2 with an MoE layer every second block,
+a shared expert and a capacity that drops tokens; a Mixtral-style llama), the float32 weights, one batch, its logits, mean loss and
 every parameter gradient, and ten AdamW steps (batches, learning rates, grad norms, losses)
 with warmup + cosine LR, global grad-norm clipping and decoupled weight decay; and the same ten
 steps under PipeDream-2BW's delayed update (docs/design.md section 6): step t's gradient is taken at
@@ -28,8 +29,32 @@ import torch.nn.functional as F
 CONFIG = dict(n_layer=2, n_head=4, d_model=32, seq_len=16, vocab_size=64, batch=4)
 # llama: 2 key/value heads for 4 query heads (grouped-query), or 4 (plain multi-head)
 LLAMA = dict(CONFIG, llama=1, n_kv_head=2, ffn_hidden=48, rope_theta=500.0, norm_eps=1e-5)
+# mixtures of experts: 4 routed experts of width 24, top 2; the objective adds aux_loss times
+# each MoE layer's load-balancing loss and z_loss times its router z-loss
+MOE = dict(experts=4, top_k=2, moe_ffn_hidden=24, every=1, shared_experts=0,
+           capacity_factor=0.0, aux_loss=0.02, z_loss=0.0)
+MOE_GPT2 = dict(CONFIG, moe=1, **dict(MOE, every=2, shared_experts=1, capacity_factor=0.75,
+                                      z_loss=1e-3))
+MIXTRAL = dict(LLAMA, moe=1, **MOE)
 TRAIN = dict(steps=10, lr=3e-3, min_lr=3e-4, warmup_steps=3, weight_decay=0.1, grad_clip=0.5,
              beta1=0.9, beta2=0.95, eps=1e-8)
+
+
+def is_moe(cfg, layer):
+    return cfg.get("moe") and layer % cfg["every"] == 0
+
+
+def mlp_names(cfg, layer):
+    """A block's MLP tensors: the dense MLP's, or an MoE layer's router and stacked experts."""
+    bias = not cfg.get("llama")
+    if not is_moe(cfg, layer):
+        return ["mlp/fc/weight"] + ["mlp/fc/bias"] * bias + ["mlp/proj/weight"] + \
+            ["mlp/proj/bias"] * bias
+    names = ["moe/router/weight"]
+    for stack in ["experts"] + ["shared"] * (cfg["shared_experts"] > 0):
+        names += [f"moe/{stack}/fc/weight"] + [f"moe/{stack}/fc/bias"] * bias + \
+            [f"moe/{stack}/proj/weight"] + [f"moe/{stack}/proj/bias"] * bias
+    return names
 
 
 def param_names(cfg, tied):
@@ -38,15 +63,16 @@ def param_names(cfg, tied):
         for layer in range(cfg["n_layer"]):
             p = f"h/{layer:03d}/"
             names += [p + n for n in ("ln1/weight", "attn/qkv/weight", "attn/proj/weight",
-                                      "ln2/weight", "mlp/fc/weight", "mlp/proj/weight")]
+                                      "ln2/weight")]
+            names += [p + n for n in mlp_names(cfg, layer)]
         return names + ["lnf/weight"] + ([] if tied else ["lm_head/weight"])
     names = ["wte", "wpe"]
     for layer in range(cfg["n_layer"]):
         p = f"h/{layer:03d}/"
         names += [p + n for n in (
             "ln1/weight", "ln1/bias", "attn/qkv/weight", "attn/qkv/bias", "attn/proj/weight",
-            "attn/proj/bias", "ln2/weight", "ln2/bias", "mlp/fc/weight", "mlp/fc/bias",
-            "mlp/proj/weight", "mlp/proj/bias")]
+            "attn/proj/bias", "ln2/weight", "ln2/bias")]
+        names += [p + n for n in mlp_names(cfg, layer)]
     names += ["lnf/weight", "lnf/bias"]
     if not tied:
         names.append("lm_head/weight")
@@ -55,6 +81,13 @@ def param_names(cfg, tied):
 
 def shape_of(name, cfg):
     C, V, T = cfg["d_model"], cfg["vocab_size"], cfg["seq_len"]
+    if "/moe/" in name:  # stacked experts: (E or S, ...)
+        Fe = cfg["moe_ffn_hidden"]
+        n = cfg["experts"] if "/experts/" in name else cfg["shared_experts"]
+        fc_rows = 2 * Fe if cfg.get("llama") else Fe
+        table = {"router/weight": (cfg["experts"], C), "fc/weight": (n, fc_rows, C),
+                 "fc/bias": (n, Fe), "proj/weight": (n, C, Fe), "proj/bias": (n, C)}
+        return next(v for k, v in table.items() if name.endswith(k))
     if cfg.get("llama"):
         HD, Fh = C // cfg["n_head"], cfg["ffn_hidden"]
         rows = {"attn/qkv/weight": (cfg["n_head"] + 2 * cfg["n_kv_head"]) * HD,
@@ -108,11 +141,71 @@ def rotary(x, theta):
     return x * cos + rotate_half * sin
 
 
+def expert(p, stack, e, cfg, x):
+    """Expert e of a stack on rows x: gpt2's GELU MLP with biases, or llama's SwiGLU (gate rows,
+    then up rows: Mixtral's w1 and w3) without."""
+    fc_w, proj_w = p[stack + "fc/weight"][e], p[stack + "proj/weight"][e]
+    if cfg.get("llama"):
+        gate, up = F.linear(x, fc_w).split(cfg["moe_ffn_hidden"], dim=-1)
+        return F.linear(F.silu(gate) * up, proj_w)
+    h = F.gelu(F.linear(x, fc_w, p[stack + "fc/bias"][e]), approximate="tanh")
+    return F.linear(h, proj_w, p[stack + "proj/bias"][e])
+
+
+def load_balancing_loss(logits, E, k):
+    """Switch Transformer's loss as transformers' load_balancing_loss_func computes it, for one
+    layer's router logits (N, E): E * sum over experts of the fraction of (token, slot) choices
+    it gets times its mean probability."""
+    probs = logits.softmax(dim=-1)
+    _, chosen = torch.topk(probs, k, dim=-1)
+    tokens_per_expert = F.one_hot(chosen, E).to(probs.dtype).mean(dim=0)  # (k, E)
+    return E * (tokens_per_expert * probs.mean(dim=0)).sum()
+
+
+def moe_mlp(p, q, cfg, h):
+    """An MoE layer on h (B, T, C) the way transformers' Mixtral block computes it: router
+    logits, softmax, top k, the k weights divided by their sum, each expert on its tokens and
+    its weighted outputs added into theirs; plus (pipetrain's) capacity, shared experts and the
+    layer's auxiliary losses. Returns the output and aux_loss * balance + z_loss * z."""
+    B, T, C = h.shape
+    E, k = cfg["experts"], cfg["top_k"]
+    x = h.reshape(B * T, C)
+    logits = F.linear(x, p[q + "moe/router/weight"])
+    weights, chosen = torch.topk(logits.softmax(dim=-1), k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    cap = B * T * k
+    if cfg["capacity_factor"] > 0:
+        cap = math.ceil(cfg["capacity_factor"] * B * T * k / E)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        token, slot = torch.where(chosen == e)  # in token order: the first cap are kept
+        token, slot = token[:cap], slot[:cap]
+        y = expert(p, q + "moe/experts/", e, cfg, x[token]) * weights[token, slot, None]
+        out = out.index_add(0, token, y.to(out.dtype))
+    for s in range(cfg["shared_experts"]):
+        out = out + expert(p, q + "moe/shared/", s, cfg, x)
+    aux = cfg["aux_loss"] * load_balancing_loss(logits, E, k) + \
+        cfg["z_loss"] * torch.logsumexp(logits, dim=-1).pow(2).mean()
+    return out.view(B, T, C), aux
+
+
+def mlp(p, q, cfg, h):
+    """A block's MLP branch on its normed input h, and its auxiliary loss (0 for a dense MLP)."""
+    if is_moe(cfg, int(q[2:5])):
+        return moe_mlp(p, q, cfg, h)
+    if cfg.get("llama"):
+        gate, up = F.linear(h, p[q + "mlp/fc/weight"]).split(cfg["ffn_hidden"], dim=2)
+        return F.linear(F.silu(gate) * up, p[q + "mlp/proj/weight"]), 0.0
+    h = F.gelu(F.linear(h, p[q + "mlp/fc/weight"], p[q + "mlp/fc/bias"]), approximate="tanh")
+    return F.linear(h, p[q + "mlp/proj/weight"], p[q + "mlp/proj/bias"]), 0.0
+
+
 def llama_blocks(p, cfg, x):
     B, T, C = x.shape
     NH, NKV, eps = cfg["n_head"], cfg["n_kv_head"], cfg["norm_eps"]
     HD = C // NH
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    aux = 0.0
     for layer in range(cfg["n_layer"]):
         q = f"h/{layer:03d}/"
         h = rms_norm(x, p[q + "ln1/weight"], eps)
@@ -125,25 +218,26 @@ def llama_blocks(p, cfg, x):
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ vv).transpose(1, 2).reshape(B, T, C)
         x = x + F.linear(y, p[q + "attn/proj/weight"])
-        gate, up = F.linear(rms_norm(x, p[q + "ln2/weight"], eps), p[q + "mlp/fc/weight"]).split(
-            cfg["ffn_hidden"], dim=2)
-        x = x + F.linear(F.silu(gate) * up, p[q + "mlp/proj/weight"])
-    return rms_norm(x, p["lnf/weight"], eps)
+        out, layer_aux = mlp(p, q, cfg, rms_norm(x, p[q + "ln2/weight"], eps))
+        x, aux = x + out, aux + layer_aux
+    return rms_norm(x, p["lnf/weight"], eps), aux
 
 
 def forward(p, cfg, tied, idx, targets):
-    """Mean cross-entropy and logits. p: name -> float64 tensor with requires_grad."""
+    """Mean cross-entropy, logits and the auxiliary losses (the objective is their sum). p: name
+    -> float64 tensor with requires_grad."""
     B, T = idx.shape
     if cfg.get("llama"):
-        x = llama_blocks(p, cfg, p["wte"][idx])
+        x, aux = llama_blocks(p, cfg, p["wte"][idx])
         logits = F.linear(x, p["wte"] if tied else p["lm_head/weight"])
         wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
         loss = F.cross_entropy(wide.reshape(-1, wide.size(-1)), targets.reshape(-1))
-        return loss, logits
+        return loss, logits, aux
     C, NH, L = cfg["d_model"], cfg["n_head"], cfg["n_layer"]
     HS = C // NH
     x = p["wte"][idx] + p["wpe"][:T]
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    aux = 0.0
     for layer in range(L):
         q = f"h/{layer:03d}/"
         h = F.layer_norm(x, (C,), p[q + "ln1/weight"], p[q + "ln1/bias"], eps=1e-5)
@@ -156,15 +250,15 @@ def forward(p, cfg, tied, idx, targets):
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ vv).transpose(1, 2).reshape(B, T, C)
         x = x + F.linear(y, p[q + "attn/proj/weight"], p[q + "attn/proj/bias"])
-        h = F.layer_norm(x, (C,), p[q + "ln2/weight"], p[q + "ln2/bias"], eps=1e-5)
-        h = F.gelu(F.linear(h, p[q + "mlp/fc/weight"], p[q + "mlp/fc/bias"]), approximate="tanh")
-        x = x + F.linear(h, p[q + "mlp/proj/weight"], p[q + "mlp/proj/bias"])
+        out, layer_aux = mlp(p, q, cfg, F.layer_norm(x, (C,), p[q + "ln2/weight"],
+                                                      p[q + "ln2/bias"], eps=1e-5))
+        x, aux = x + out, aux + layer_aux
     x = F.layer_norm(x, (C,), p["lnf/weight"], p["lnf/bias"], eps=1e-5)
     logits = F.linear(x, p["wte"] if tied else p["lm_head/weight"])
     # the loss in at least float32 (under autocast the logits are bfloat16)
     wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
     loss = F.cross_entropy(wide.reshape(-1, wide.size(-1)), targets.reshape(-1))
-    return loss, logits
+    return loss, logits, aux
 
 
 def autocast_gradients(weights, cfg, tied, idx, targets):
@@ -173,8 +267,8 @@ def autocast_gradients(weights, cfg, tied, idx, targets):
     float32), which pipetrain's device.precision = "bf16" is compared with."""
     p = {n: w.detach().clone().requires_grad_(True) for n, w in weights.items()}
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss, _ = forward(p, cfg, tied, idx, targets)
-    loss.backward()
+        loss, _, aux = forward(p, cfg, tied, idx, targets)
+    (loss + aux).backward()
     return loss.item(), {n: t.grad.float() for n, t in p.items()}
 
 
@@ -192,8 +286,10 @@ def adamw_steps(weights, cfg, tied, tokens, delayed):
     at the weights one step older (2bw). Returns the losses and the gradient norms."""
     T = cfg["seq_len"]
     p = {n: w.double().requires_grad_(True) for n, w in weights.items()}
-    decay = [t for n, t in p.items() if len(t.shape) >= 2]
-    no_decay = [t for n, t in p.items() if len(t.shape) < 2]
+    # matrices decay; biases (the experts' stacked ones too) and norms do not
+    decays = {n: len(t.shape) >= 2 and not n.endswith("bias") for n, t in p.items()}
+    decay = [t for n, t in p.items() if decays[n]]
+    no_decay = [t for n, t in p.items() if not decays[n]]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": TRAIN["weight_decay"]},
          {"params": no_decay, "weight_decay": 0.0}],
@@ -204,8 +300,8 @@ def adamw_steps(weights, cfg, tied, tokens, delayed):
         opt.zero_grad()
         x, y = tokens[step + 1, :, :T], tokens[step + 1, :, 1:]
         at = {n: older[n].clone().requires_grad_(True) for n in p} if delayed else p
-        loss, _ = forward(at, cfg, tied, x, y)
-        loss.backward()
+        loss, _, aux = forward(at, cfg, tied, x, y)
+        (loss + aux).backward()
         if delayed:
             for n, t in p.items():
                 t.grad = at[n].grad
@@ -239,8 +335,8 @@ def write_case(group, cfg, tied, seed):
 
     # one forward/backward in float64
     p = {n: w.double().requires_grad_(True) for n, w in weights.items()}
-    loss, logits = forward(p, cfg, tied, batch_in, batch_tg)
-    loss.backward()
+    loss, logits, aux = forward(p, cfg, tied, batch_in, batch_tg)
+    (loss + aux).backward()
     group.create_dataset("logits", data=logits.detach().float().numpy())
     group.attrs["loss"] = loss.item()
     for name, t in p.items():
@@ -273,7 +369,9 @@ def main():
         f.attrs["generator"] = "tools/reference/gpt_reference.py (torch %s)" % torch.__version__
         for name, cfg, tied, seed in (("tied", CONFIG, True, 1234), ("untied", CONFIG, False, 4321),
                                       ("llama_gqa", LLAMA, False, 5678),
-                                      ("llama_tied", dict(LLAMA, n_kv_head=4), True, 8765)):
+                                      ("llama_tied", dict(LLAMA, n_kv_head=4), True, 8765),
+                                      ("moe_gpt2", MOE_GPT2, True, 2468),
+                                      ("mixtral", MIXTRAL, False, 1357)):
             losses, norms = write_case(f.create_group(name), cfg, tied, seed)
             print(f"{name}: losses {losses[0]:.6f} -> {losses[-1]:.6f}, "
                   f"grad norms {min(norms):.3f}..{max(norms):.3f} (clip {TRAIN['grad_clip']})")
