@@ -46,9 +46,56 @@ bool writes(const Local& l, int sec, const Layout& layout, const std::vector<int
   return layout.coords().dp == turns[k] || ((sec == 1 || sec == 2) && l.opt->sharded());
 }
 
+namespace {
+
+// Adds elements [b, e) of the block at[0..d) of a dataset of dims (row-major) to the selection:
+// the whole indices of dimension d as one hyperslab, the partial ones at either end by recursion.
+void select_run(hid_t space, const std::vector<hsize_t>& dims, std::size_t d,
+                std::vector<hsize_t>& at, hsize_t b, hsize_t e, bool& first) {
+  const auto add = [&](hsize_t from, hsize_t n) { // indices [from, from + n) of dimension d
+    std::vector<hsize_t> start(dims.size(), 0), count(dims);
+    for (std::size_t k = 0; k < d; ++k) start[k] = at[k], count[k] = 1;
+    start[d] = from;
+    count[d] = n;
+    H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                        count.data(), nullptr);
+    first = false;
+  };
+  if (d + 1 == dims.size()) return add(b, e - b);
+  hsize_t inner = 1;
+  for (std::size_t k = d + 1; k < dims.size(); ++k) inner *= dims[k];
+  const hsize_t i0 = b / inner, i1 = (e - 1) / inner;
+  if (i0 == i1 && (b % inner != 0 || e % inner != 0)) { // inside one index
+    at[d] = i0;
+    return select_run(space, dims, d + 1, at, b - i0 * inner, e - i0 * inner, first);
+  }
+  hsize_t whole_begin = i0, whole_end = i1 + 1;
+  if (b % inner != 0) { // the head
+    at[d] = i0;
+    select_run(space, dims, d + 1, at, b % inner, inner, first);
+    whole_begin = i0 + 1;
+  }
+  if (e % inner != 0) whole_end = i1;
+  if (whole_end > whole_begin) add(whole_begin, whole_end - whole_begin);
+  if (e % inner != 0) { // the tail
+    at[d] = i1;
+    select_run(space, dims, d + 1, at, 0, e % inner, first);
+  }
+}
+
+} // namespace
+
 void select_slice(hid_t space, const Local& l, const Slice& s, const Layout& layout) {
   const ParamTensor& t = *l.t;
   if (s.whole(t)) return select_shard(space, t, layout.coords().tp, layout.tp());
+  if (t.global_shape.size() > 2) { // the stacked experts: replicated, local order is global
+    const std::vector<hsize_t> dims = dims_of(t);
+    std::vector<hsize_t> at(dims.size(), 0);
+    bool first = true;
+    select_run(space, dims, 0, at, s.begin, s.begin + s.size, first);
+    if (first) H5Sselect_none(space);
+    return;
+  }
   const ParamLayout& lay = l.stage->layout();
   const bool two_d = t.global_shape.size() > 1;
   const std::size_t gcols = two_d ? static_cast<std::size_t>(t.global_shape[1]) : 1;
@@ -86,14 +133,14 @@ std::vector<hsize_t> dims_of(const ParamTensor& t) {
 
 void select_shard(hid_t space, const ParamTensor& t, int tp_rank, int tp) {
   const std::vector<hsize_t> g = dims_of(t);
-  hsize_t start[2] = {0, 0}, count[2] = {1, 1};
+  std::vector<hsize_t> start(std::max<std::size_t>(g.size(), 2), 0), count(start.size(), 1);
   for (std::size_t d = 0; d < g.size(); ++d) count[d] = g[d];
   if (t.shard_dim == 1) {
     count[1] = g[1] / static_cast<hsize_t>(tp);
     start[1] = static_cast<hsize_t>(tp_rank) * count[1];
   }
   if (t.shard_dim != 0) {
-    H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
     return;
   }
   // rows: this rank's share of every part, in order
@@ -101,8 +148,8 @@ void select_shard(hid_t space, const ParamTensor& t, int tp_rank, int tp) {
   for (std::size_t p = 0; p < t.part_rows.size(); ++p) {
     count[0] = static_cast<hsize_t>(t.part_rows[p]) / static_cast<hsize_t>(tp);
     start[0] = first + static_cast<hsize_t>(tp_rank) * count[0];
-    H5Sselect_hyperslab(space, p == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, start, nullptr, count,
-                        nullptr);
+    H5Sselect_hyperslab(space, p == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
+                        count.data(), nullptr);
     first += static_cast<hsize_t>(t.part_rows[p]);
   }
 }

@@ -216,10 +216,12 @@ struct ForeignCheckpoint : Error {
 
 ForeignCheckpoint another_model(const std::string& path, const std::string& key,
                                 const std::string& saved, const std::string& deck) {
-  return ForeignCheckpoint(ckpt_error(
-      path, "is of another model: model." + key + " = " + saved + " in the checkpoint, " + deck +
-                " in the deck.\n---> HINT: give each run its own checkpoint.dir, or set "
-                "checkpoint.resume = \"none\" to start afresh"));
+  return ForeignCheckpoint(
+      ckpt_error(path, std::string("is of another model: ") +
+                           (key.find('.') == std::string::npos ? "model." : "") + key + " = " +
+                           saved + " in the checkpoint, " + deck +
+                           " in the deck.\n---> HINT: give each run its own checkpoint.dir, or set "
+                           "checkpoint.resume = \"none\" to start afresh"));
 }
 
 // The resolved deck the checkpoint was written with (/config).
@@ -323,12 +325,13 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   std::string arch = name(Arch::gpt2);
   parse([&] { read_string_attr(file.get(), "arch", arch); });
   if (arch != name(cfg.model.arch)) throw another_model(path, "arch", arch, name(cfg.model.arch));
-  const ParamLayout whole = whole_layout(cfg.model);
-  std::vector<H5> sets;
-  parse([&] { sets = open_datasets(file.get(), whole, shards.sections(), path, err); });
+  // then the model's keys (a model of other shapes is named by its key, not by a dataset)
   std::string saved;
   parse([&] { err = read_config(file.get(), path, saved); });
   compare_config(saved, cfg, path, layout.rank() == 0); // the same verdict on every rank
+  const ParamLayout whole = whole_layout(cfg.model);
+  std::vector<H5> sets;
+  parse([&] { sets = open_datasets(file.get(), whole, shards.sections(), path, err); });
   read_tensors(sets, whole, layout, shards, path, err);
   verify_checksums(sets, whole, layout, watchdog, shards, path, err);
   int adam_step = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,27 @@ void Trainer::report_final_params() {
   log_->final_params(summary);
 }
 
+namespace {
+
+// The step's routing (StepResult::moe) as metrics: its sums, and the worst layer's most loaded
+// expert over the layer's mean.
+void moe_metrics(const ModelConfig& m, const MoeStepStats& moe, StepMetrics& sm) {
+  sm.experts = m.moe_experts;
+  if (sm.experts == 0) return;
+  sm.aux_loss = moe.aux_loss;
+  sm.expert_tokens = moe.tokens;
+  for (double d : moe.dropped) sm.dropped += d;
+  const std::size_t E = static_cast<std::size_t>(m.moe_experts);
+  for (std::size_t l = 0; l * E < moe.tokens.size(); ++l) {
+    const auto first = moe.tokens.begin() + static_cast<std::ptrdiff_t>(l * E);
+    const double sum = std::accumulate(first, first + static_cast<std::ptrdiff_t>(E), 0.0);
+    const double most = *std::max_element(first, first + static_cast<std::ptrdiff_t>(E));
+    if (sum > 0.0) sm.imbalance = std::max(sm.imbalance, most * static_cast<double>(E) / sum);
+  }
+}
+
+} // namespace
+
 bool step_logs(const RunConfig& cfg, int step, int first_step) {
   return (step + 1) % cfg.log.every == 0 || step == first_step || step + 1 == cfg.train.steps;
 }
@@ -163,6 +185,7 @@ void Trainer::report_step(int step, const StepResult& s, RunTotals& totals) {
   sm.tokens_per_s = tokens_per_step / dt;
   sm.tflops = flops_per_token(cfg.model) * tokens_per_step / dt / 1e12;
   sm.mfu = sm.tflops * 1e12 / peak_flops_;
+  moe_metrics(cfg.model, s.moe, sm);
   totals.comm.exposed_s += s.comm.exposed_s; // this rank's; the largest is reported at the end
   totals.comm.busy_s += s.comm.busy_s;
   totals.comm.buckets_early += s.comm.buckets_early;

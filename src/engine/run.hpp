@@ -28,6 +28,15 @@ namespace pt {
 // in the op timer when log.op_profile is on.
 const Backend& open_backend(const RunConfig& cfg, MPI_Comm world);
 
+// What an MoE model's router did in a step, over the global batch (docs/moe.md): the auxiliary
+// losses the objective added (weighted, summed over MoE layers, mean over micro-batches); per MoE
+// layer the routed slots dropped and (layer x experts) the slots each expert was chosen for.
+struct MoeStepStats {
+  double aux_loss = 0.0;
+  std::vector<double> dropped;
+  std::vector<double> tokens;
+};
+
 struct StepResult {
   double loss = 0.0; // mean over the global batch
   double grad_norm = 0.0;
@@ -39,6 +48,7 @@ struct StepResult {
   double norm_wait_s = 0.0;
   StepTimes times;
   GradSyncStats comm;
+  MoeStepStats moe;
 };
 
 // The stop signal (SIGTERM or SIGUSR1) pending on this rank, collected without waiting, or 0.

@@ -25,6 +25,7 @@ struct Agreement {
   double loss = 0.0;      // mean over the global batch
   double grad_norm = 0.0; // global L2 norm
   int stop = 0;           // SIGTERM or SIGUSR1 if any rank has seen one, else 0
+  MoeStepStats moe;       // an MoE model's routing, summed over the global batch
 };
 
 } // namespace
@@ -98,8 +99,25 @@ public:
   PendingAgreement(Trainer& t, double loss, int signal) : t_(t) {
     const Layout& layout = t.layout_;
     const std::size_t n_tensors = t.whole_.tensors().size();
-    // [sums of squares per tensor..., loss, SIGTERM seen, SIGUSR1 seen]
-    v_.assign(n_tensors + 3, 0.0);
+    // [sums of squares per tensor..., loss, SIGTERM seen, SIGUSR1 seen, MoE: the weighted
+    // auxiliary losses' sum, then per MoE layer its dropped slots and each expert's kept ones]
+    const ModelConfig& m = t.cfg_.model;
+    const std::size_t E = static_cast<std::size_t>(m.moe_experts);
+    const std::size_t moe_layers = static_cast<std::size_t>(moe_layer_count(m));
+    v_.assign(n_tensors + 3 + (E > 0 ? 1 + moe_layers * (1 + E) : 0), 0.0);
+    if (E > 0 && layout.coords().tp == 0) {
+      double* moe = v_.data() + n_tensors + 3;
+      for (Chunk& c : t.chunks_) {
+        const MoeStats st = c.stage().take_moe_stats();
+        moe[0] += st.aux;
+        for (std::size_t i = 0; i < st.layers.size(); ++i) {
+          const std::size_t at = static_cast<std::size_t>(st.layers[i] / m.moe_every);
+          moe[1 + at] = st.dropped[i];
+          std::copy_n(st.tokens.begin() + static_cast<std::ptrdiff_t>(i * E), E,
+                      moe + 1 + moe_layers + at * E);
+        }
+      }
+    }
     for (Chunk& c : t.chunks_) c.add_norm_squares(v_.data(), layout.coords().dp);
     const schedule::Schedule& sched = t.plan_.schedule;
     const bool has_loss =
@@ -119,13 +137,21 @@ public:
     waited_s = started_ ? t_.watchdog_.wait(req_, "the step's loss, gradient norm and stop "
                                                   "agreement")
                         : 0.0;
-    const std::size_t n_tensors = v_.size() - 3;
+    const std::size_t n_tensors = t_.whole_.tensors().size();
     Agreement a;
     double norm2 = 0.0;
     for (std::size_t i = 0; i < n_tensors; ++i) norm2 += v_[i]; // model order on every layout
     a.grad_norm = std::sqrt(norm2);
     a.loss = v_[n_tensors] / (static_cast<double>(t_.cfg_.accumulation()) * t_.layout_.dp());
     a.stop = v_[n_tensors + 1] > 0.0 ? SIGTERM : v_[n_tensors + 2] > 0.0 ? SIGUSR1 : 0;
+    const ModelConfig& m = t_.cfg_.model;
+    if (m.moe_experts > 0) {
+      const double* moe = v_.data() + n_tensors + 3;
+      const std::size_t layers = static_cast<std::size_t>(moe_layer_count(m));
+      a.moe.aux_loss = moe[0] / (static_cast<double>(t_.cfg_.accumulation()) * t_.layout_.dp());
+      a.moe.dropped.assign(moe + 1, moe + 1 + layers);
+      a.moe.tokens.assign(moe + 1 + layers, moe + 1 + layers + layers * m.moe_experts);
+    }
     return a;
   }
 
@@ -178,6 +204,7 @@ StepResult Trainer::step(int step, const Sampler& sampler, bool drain, int* stop
   r.loss = agreed.loss;
   r.grad_norm = agreed.grad_norm;
   r.stop = agreed.stop;
+  r.moe = agreed.moe;
   if (test_hooks().check_tp_replicas) check_replicated_grads(step);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     if (early) {

@@ -55,8 +55,9 @@ struct ExpertTensors {
 };
 
 // What the MoE layers of a stage routed since the last take_moe_stats(), for metrics.jsonl:
-// per MoE layer of the stage (in layer order) the routed slots each expert kept and the dropped
-// ones; the sums over micro-batches of the weighted auxiliary losses (balance and z).
+// per MoE layer of the stage (in layer order) the routed slots each expert was chosen for (before
+// its capacity) and the dropped ones; the sum over micro-batches of the weighted auxiliary losses
+// (balance and z).
 struct MoeStats {
   std::vector<int> layers;     // the stage's MoE layers
   std::vector<double> tokens;  // (layers x E)

@@ -79,7 +79,7 @@ void GptStage::moe_forward(int layer, const BlockView& a) {
       moe_stats_.layers.begin());
   for (int e = 0; e < E; ++e) {
     moe_stats_.tokens[at * static_cast<std::size_t>(E) + static_cast<std::size_t>(e)] +=
-        r.kept[static_cast<std::size_t>(e)];
+        r.assigned[static_cast<std::size_t>(e)];
   }
   moe_stats_.dropped[at] += static_cast<double>(r.dropped);
   moe_stats_.aux += model_.moe_aux_loss * moe::balance_loss(r, a.router) +

@@ -46,6 +46,18 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
                "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6e, "
                "\"tokens_per_s\": %.1f, \"step_time_s\": %.6f, \"tflops\": %.6f, \"mfu\": %.6f",
                m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_time_s, m.tflops, m.mfu);
+  if (m.experts > 0) {
+    std::fprintf(file_,
+                 ", \"aux_loss\": %.6e, \"moe_dropped\": %.0f, \"moe_imbalance\": %.6f, "
+                 "\"expert_tokens\": [",
+                 m.aux_loss, m.dropped, m.imbalance);
+    const std::size_t E = static_cast<std::size_t>(m.experts);
+    for (std::size_t i = 0; i < m.expert_tokens.size(); ++i) {
+      std::fprintf(file_, "%s%.0f%s", i % E == 0 ? (i ? ", [" : "[") : ", ", m.expert_tokens[i],
+                   i % E == E - 1 ? "]" : "");
+    }
+    std::fprintf(file_, "]");
+  }
   if (!m.reduced) {
     std::fprintf(file_, "}\n");
   } else {
@@ -67,9 +79,13 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
   }
   std::fflush(file_);
   if (!print) return;
-  std::printf("step %6d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %8.0f tok/s | MFU %5.1f%% | "
+  char moe[96] = "";
+  if (m.experts > 0) {
+    std::snprintf(moe, sizeof moe, " | aux %.4f | experts max/mean %.2f", m.aux_loss, m.imbalance);
+  }
+  std::printf("step %6d/%d | loss %.4f%s | lr %.2e | grad-norm %.3f | %8.0f tok/s | MFU %5.1f%% | "
               "bubble %4.1f%% (pred %4.1f%%) | ETA %s\n",
-              m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu,
+              m.step, m.steps, m.loss, moe, m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu,
               100.0 * m.bubble, 100.0 * m.bubble_predicted, format_duration(m.eta_s).c_str());
   std::fflush(stdout);
 }

@@ -38,6 +38,14 @@ struct StepMetrics {
   // whether the metrics over ranks above (bubble to stage_mem_bytes) were measured: on the steps
   // that log; the other steps' records carry the rest only
   bool reduced = true;
+  // mixture of experts (experts > 0; docs/moe.md): the auxiliary losses added to the objective,
+  // the routed slots dropped, the worst MoE layer's most loaded expert over the mean, and per
+  // MoE layer the slots each expert was chosen for, before capacity (all over the global batch)
+  int experts = 0;
+  double aux_loss = 0.0;
+  double dropped = 0.0;
+  double imbalance = 0.0;
+  std::vector<double> expert_tokens; // (MoE layers x experts)
 };
 
 struct ParamSummary {

@@ -7,7 +7,9 @@ Scenarios (each exits 0 on success, prints what it compared):
   (a layout is PP,DP,TP or PP,DP,TP,ZERO: parallel.zero = 1 with a fourth field of 1; a suffix
   :SCHEDULE picks the schedule, e.g. 2,1,1:zb-v, with virtual_stages 2 for the V-shaped ones;
   a suffix +PRECISION sets device.precision, e.g. 2,1,1+bf16; a suffix @llama trains llama with
-  grouped-query attention, 2 key/value heads)
+  grouped-query attention, 2 key/value heads; @moe a GPT-2 mixture of experts (4 experts, top 2,
+  an MoE layer every second block, one shared expert, capacity factor 1); @mixtral llama with 4
+  experts, top 2, in every block)
   bitexact PP,DP,TP     10 steps straight == 5 steps, stop (exit_after_steps), resume 5: identical
                         losses and parameter bytes
   reshard FROM TO       a step-5 checkpoint written by layout FROM continues on layout TO; losses
@@ -27,7 +29,9 @@ Scenarios (each exits 0 on success, prints what it compared):
   other_model           a checkpoint of n_head 4 resumed with n_head 8 (same shapes): exit 3
                         naming model.n_head and both values, by path and by resume = "auto";
                         resumed as llama: exit 3 naming model.arch; a llama checkpoint resumed
-                        with another rope_theta or norm_eps: exit 3 naming the key
+                        with another rope_theta or norm_eps: exit 3 naming the key; an MoE
+                        checkpoint resumed with other experts or as a dense model: exit 3
+                        naming moe.experts
   other_data            resumed with another data.path: a warning naming it, and the run goes on
   nothing_left          resumed from a checkpoint at train.steps: exit 0, "nothing left to do",
                         no loss or speed line
@@ -53,7 +57,8 @@ HANG_S = 60  # runtime.hang_timeout_s of every run
 
 
 def layout_args(lay):
-    """PP,DP,TP[,ZERO][:SCHEDULE][+PRECISION][@llama] -> rank count and overrides."""
+    """PP,DP,TP[,ZERO][:SCHEDULE][+PRECISION][@llama|@moe|@mixtral] -> rank count and
+    overrides."""
     lay, _, arch = lay.partition("@")
     lay, _, precision = lay.partition("+")
     lay, _, sched = lay.partition(":")
@@ -65,8 +70,13 @@ def layout_args(lay):
         args += [f'parallel.schedule="{sched}"', f"parallel.virtual_stages={v}"]
     if precision:
         args.append(f'device.precision="{precision}"')
-    if arch:
-        args += [f'model.arch="{arch}"', "model.n_kv_head=2", "model.ffn_hidden=64"]
+    if arch in ("llama", "mixtral"):
+        args += ['model.arch="llama"', "model.n_kv_head=2", "model.ffn_hidden=64"]
+    if arch == "moe":
+        args += ["moe.experts=4", "moe.top_k=2", "moe.every=2", "moe.shared_experts=1",
+                 "moe.capacity_factor=1.0"]
+    if arch == "mixtral":
+        args += ["moe.experts=4", "moe.top_k=2", "moe.ffn_hidden=32"]
     return pp * dp * tp, args
 
 
@@ -178,9 +188,11 @@ def damage(r, kind):
             f.seek(0)
             f.write(data)
         want = "reading its metadata took more than 1 GiB of memory: the file is damaged"
-    elif kind == "shape":
-        extra = ["model.d_model=64"]
-        want = "dataset /model/wte has shape (256, 32) but the deck's model needs (256, 64)"
+    elif kind == "shape":  # a dataset rewritten with another shape (the deck's keys agree)
+        with h5py.File(path, "r+") as f:
+            del f["model/wte"]
+            f.create_dataset("model/wte", shape=(256, 16), dtype="<f4")
+        want = "dataset /model/wte has shape (256, 16) but the deck's model needs (256, 32)"
     else:
         sys.exit(f"unknown damage {kind}")
     out = r.run("1,1,1", "load", f"checkpoint.resume={path}", *extra, ckpt="c", expect=3)
@@ -286,6 +298,13 @@ def other_model(r):
                     ckpt="f", expect=3)
         shown = given.removesuffix(".0")  # numbers as their shortest exact text
         expect_in(out, f"checkpoint '{llama}': is of another model: model.{key} = {saved} in the "
+                       f"checkpoint, {shown} in the deck")
+    # a mixture of experts: with other experts, or as the dense model of the same blocks
+    r.run("1,1,1@moe", "make_moe", "runtime.exit_after_steps=5", ckpt="g")
+    moe = f"{r.work}/g/step_00000005.h5"
+    for given, shown in (("moe.experts=8", "8"), ("moe.experts=0", "0")):
+        out = r.run("1,1,1@moe", "load_moe", f"checkpoint.resume={moe}", given, ckpt="h", expect=3)
+        expect_in(out, f"checkpoint '{moe}': is of another model: moe.experts = 4 in the "
                        f"checkpoint, {shown} in the deck")
 
 
