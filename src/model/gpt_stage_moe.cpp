@@ -10,6 +10,63 @@
 #include "model/gpt_stage.hpp"
 
 namespace pt {
+namespace {
+
+// out (N,C) writes each token's experts' outputs y (rows, C), weighted, added in slot order
+void combine(const moe::Routing& r, const float* y, float* out, std::size_t C) {
+  for (int tok = 0; tok < r.N; ++tok) {
+    float* o = out + static_cast<std::size_t>(tok) * C;
+    std::fill(o, o + C, 0.0f);
+    for (int j = 0; j < r.slots(); ++j) {
+      const int row = r.row[static_cast<std::size_t>(tok) * r.slots() + j];
+      if (row < 0) continue;
+      const float wt = j < r.k ? r.weight[static_cast<std::size_t>(tok) * r.k + j] : 1.0f;
+      const float* yr = y + static_cast<std::size_t>(row) * C;
+      for (std::size_t c = 0; c < C; ++c) o[c] += wt * yr[c];
+    }
+  }
+}
+
+// combine's backward from dout (N,C): dy (rows, C) writes each row's gradient, dweight (N*k)
+// each routed weight's (0 where dropped)
+void combine_backward(const moe::Routing& r, const float* dout, const float* y, float* dy,
+                      float* dweight, std::size_t C) {
+  for (int tok = 0; tok < r.N; ++tok) {
+    const float* d = dout + static_cast<std::size_t>(tok) * C;
+    for (int j = 0; j < r.slots(); ++j) {
+      const int row = r.row[static_cast<std::size_t>(tok) * r.slots() + j];
+      const std::size_t slot = static_cast<std::size_t>(tok) * r.k + static_cast<std::size_t>(j);
+      if (row < 0) {
+        if (j < r.k) dweight[slot] = 0.0f;
+        continue;
+      }
+      const float wt = j < r.k ? r.weight[slot] : 1.0f;
+      const float* yr = y + static_cast<std::size_t>(row) * C;
+      float* dyr = dy + static_cast<std::size_t>(row) * C;
+      double dot = 0.0;
+      for (std::size_t c = 0; c < C; ++c) {
+        dot += static_cast<double>(d[c]) * yr[c];
+        dyr[c] = wt * d[c];
+      }
+      if (j < r.k) dweight[slot] = static_cast<float>(dot);
+    }
+  }
+}
+
+// d (N,C) += each token's rows of dx (rows, C), in slot order
+void scatter_add(const moe::Routing& r, const float* dx, float* d, std::size_t C) {
+  for (int tok = 0; tok < r.N; ++tok) {
+    float* dt = d + static_cast<std::size_t>(tok) * C;
+    for (int j = 0; j < r.slots(); ++j) {
+      const int row = r.row[static_cast<std::size_t>(tok) * r.slots() + j];
+      if (row < 0) continue;
+      const float* dxr = dx + static_cast<std::size_t>(row) * C;
+      for (std::size_t c = 0; c < C; ++c) dt[c] += dxr[c];
+    }
+  }
+}
+
+} // namespace
 
 ExpertTensors GptStage::expert(const BlockTensors& w, int x) const {
   const std::size_t C = static_cast<std::size_t>(C_),
@@ -61,18 +118,7 @@ void GptStage::moe_forward(int layer, const BlockView& a) {
     const ExpertTensors t = expert(w, x);
     be_.matmul_forward(a.moe_y + r0 * C, a.fch_gelu + r0 * FE, t.fcp_w, t.fcp_b, n, FE, C_);
   }
-  // each token's experts' outputs, weighted, added in slot order
-  for (int tok = 0; tok < N_; ++tok) {
-    float* out = a.out + static_cast<std::size_t>(tok) * C;
-    std::fill(out, out + C, 0.0f);
-    for (int j = 0; j < r.slots(); ++j) {
-      const int row = r.row[static_cast<std::size_t>(tok) * r.slots() + j];
-      if (row < 0) continue;
-      const float wt = j < r.k ? r.weight[static_cast<std::size_t>(tok) * r.k + j] : 1.0f;
-      const float* y = a.moe_y + static_cast<std::size_t>(row) * C;
-      for (std::size_t c = 0; c < C; ++c) out[c] += wt * y[c];
-    }
-  }
+  combine(r, a.moe_y, a.out, C);
   if (!counting_) return;
   const std::size_t at = static_cast<std::size_t>(
       std::find(moe_stats_.layers.begin(), moe_stats_.layers.end(), layer) -
@@ -100,29 +146,9 @@ void GptStage::moe_backward(int layer, const BlockView& a, const float* dout, fl
   moe_route(a); // the forward's routing again, from the kept probabilities
   const moe::Routing& r = routing_;
   const std::size_t C = static_cast<std::size_t>(C_);
-  // the weighted sum's backward: each row's output gradient, each routed weight's gradient
   float* dy = s.moe_dy.data();
   float* dweight = ws_.moe_dweight.data();
-  for (int tok = 0; tok < N_; ++tok) {
-    const float* d = dout + static_cast<std::size_t>(tok) * C;
-    for (int j = 0; j < r.slots(); ++j) {
-      const int row = r.row[static_cast<std::size_t>(tok) * r.slots() + j];
-      const std::size_t slot = static_cast<std::size_t>(tok) * r.k + static_cast<std::size_t>(j);
-      if (row < 0) {
-        if (j < r.k) dweight[slot] = 0.0f;
-        continue;
-      }
-      const float wt = j < r.k ? r.weight[slot] : 1.0f;
-      const float* y = a.moe_y + static_cast<std::size_t>(row) * C;
-      float* dyr = dy + static_cast<std::size_t>(row) * C;
-      double dot = 0.0;
-      for (std::size_t c = 0; c < C; ++c) {
-        dot += static_cast<double>(d[c]) * y[c];
-        dyr[c] = wt * d[c];
-      }
-      if (j < r.k) dweight[slot] = static_cast<float>(dot);
-    }
-  }
+  combine_backward(r, dout, a.moe_y, dy, dweight, C);
   // each expert's products: the input gradients, and with_weights the weight gradients too
   for (int x = 0; x < E + r.S; ++x) {
     const auto [r0, n] = expert_rows(x);
@@ -165,16 +191,7 @@ void GptStage::moe_backward(int layer, const BlockView& a, const float* dout, fl
   } else {
     be_.matmul_backward_input(d_ln2, s.moe_dlogits.data(), w.router_w, N_, C_, E);
   }
-  // the gathered rows' gradients back to their tokens, added in slot order
-  for (int tok = 0; tok < N_; ++tok) {
-    float* d = d_ln2 + static_cast<std::size_t>(tok) * C;
-    for (int j = 0; j < r.slots(); ++j) {
-      const int row = r.row[static_cast<std::size_t>(tok) * r.slots() + j];
-      if (row < 0) continue;
-      const float* dx = ws_.moe_dx.data() + static_cast<std::size_t>(row) * C;
-      for (std::size_t c = 0; c < C; ++c) d[c] += dx[c];
-    }
-  }
+  scatter_add(r, ws_.moe_dx.data(), d_ln2, C); // the gathered rows' gradients to their tokens
 }
 
 void GptStage::moe_backward_weight(int layer, const BlockView& a, const BlockStash& s) {

@@ -108,6 +108,34 @@ TEST(Config, ModelDescriptionComparesEveryModelKey) {
   EXPECT_EQ(model_description(same), base);
 }
 
+TEST(Config, ModelDescriptionComparesTheMoeKeysThatShapeTheModel) {
+  const std::string deck = "[model]\nn_layer = 4\nn_head = 4\nd_model = 64\nseq_len = 32\n"
+                           "vocab_size = 256\n[moe]\nexperts = 4\n[train]\nsteps = 10\n"
+                           "global_batch = 8\nmicro_batch = 2\n[data]\npath = \"x.bin\"\n";
+  const auto base = model_description(parse_deck(deck, "moe.toml", {}, 1).model);
+  const std::map<std::string, std::string> other = {
+      {"experts", "8"},    {"top_k", "1"},          {"ffn_hidden", "128"},
+      {"every", "2"},      {"shared_experts", "1"}, {"capacity_factor", "1.5"},
+      {"aux_loss", "0.1"}, {"z_loss", "0.001"}};
+  for (const DeckKey& k : deck_keys()) {
+    if (k.section != "moe") continue;
+    SCOPED_TRACE(k.name);
+    ASSERT_TRUE(other.count(k.name)) << "give moe." << k.name << " another value here";
+    const auto changed = model_description(
+        parse_deck(deck, "moe.toml", {"moe." + k.name + "=" + other.at(k.name)}, 1).model);
+    // the router's training terms and the capacity do not make another model
+    const bool training = k.name == "capacity_factor" || k.name == "aux_loss" || k.name == "z_loss";
+    EXPECT_EQ(changed == base, training);
+  }
+  // a dense model: the [moe] keys do nothing and are not compared
+  const std::string dense = deck.substr(0, deck.find("[moe]")) + deck.substr(deck.find("[train]"));
+  EXPECT_EQ(
+      model_description(parse_deck(dense, "d.toml", {}, 1).model),
+      model_description(parse_deck(dense, "d.toml", {"moe.top_k=1", "moe.every=3"}, 1).model));
+  // the expert width 0 is the dense MLP's: 4 d_model for gpt2
+  EXPECT_EQ(model_description(parse_deck(deck, "moe.toml", {"moe.ffn_hidden=256"}, 1).model), base);
+}
+
 TEST(Config, TinyDeckDerivesDataParallelismFromRanks) {
   // tiny.toml: pp = 2, global batch 16 of micro-batch 4
   const RunConfig one = parse_deck(kTiny, "tiny.toml", {}, 2);
