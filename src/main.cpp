@@ -34,13 +34,14 @@ int world_rank() {
   return r;
 }
 
-// `pipetrain schema model.KEY=VALUE ...`: the tensor table (model/schema.hpp) of that model as
-// JSON, for tools/hf_format.py.
+// `pipetrain schema model.KEY=VALUE moe.KEY=VALUE ...`: the tensor table (model/schema.hpp) of
+// that model as JSON, for tools/hf_format.py.
 int schema(int argc, char** argv) {
   std::vector<std::string> model(argv + 2, argv + argc);
   for (const std::string& kv : model) {
-    if (kv.rfind("model.", 0) != 0) {
-      std::fprintf(stderr, "pipetrain: error: schema takes model.KEY=VALUE, not '%s'\n",
+    if (kv.rfind("model.", 0) != 0 && kv.rfind("moe.", 0) != 0) {
+      std::fprintf(stderr,
+                   "pipetrain: error: schema takes model.KEY=VALUE and moe.KEY=VALUE, not '%s'\n",
                    kv.c_str());
       return static_cast<int>(pt::ExitCode::bad_input);
     }

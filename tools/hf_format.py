@@ -12,6 +12,7 @@ rope_theta, norm_eps); which Hugging Face tensor each of pipetrain's is comes fr
 own tensor table (`pipetrain schema`), not from this file.
 """
 import json
+import sys
 import struct
 
 import numpy as np
@@ -37,11 +38,17 @@ def write_safetensors(path, tensors, metadata=None):
             f.write(b)
 
 
-def hf_model(model, params, schema):
-    """(config.json's dict, name -> array in Hugging Face's names) for the deck's [model] table,
-    pipetrain's tensors (name -> array, names as in docs/design.md section 8) and the model's
-    tensor table (`pipetrain schema`, the JSON of src/model/schema.hpp)."""
-    config = llama_config(model) if model.get("arch", "gpt2") == "llama" else gpt2_config(model)
+def hf_model(model, params, schema, moe=None):
+    """(config.json's dict, name -> array in Hugging Face's names) for the deck's [model] and
+    [moe] tables, pipetrain's tensors (name -> array, names as in docs/design.md section 8) and
+    the model's tensor table (`pipetrain schema`, the JSON of src/model/schema.hpp)."""
+    moe = moe or {}
+    if moe.get("experts", 0) > 0:
+        config = mixtral_config(model, moe)
+    elif model.get("arch", "gpt2") == "llama":
+        config = llama_config(model)
+    else:
+        config = gpt2_config(model)
     return config, hf_tensors(params, schema)
 
 
@@ -56,11 +63,15 @@ def hf_tensors(params, schema):
         if name.startswith("h/"):  # h/NNN/<block tensor>
             layer, rest = str(int(name[2:5])), name[6:]
         spec = specs[rest]
-        begin, parts = 0, spec["parts"] if len(spec["hf"]) > 1 else [x.shape[0]]
-        for pattern, rows in zip(spec["hf"], parts):
-            part = x[begin:begin + rows]
-            begin += rows
-            out[pattern.replace("{}", layer)] = part.T if spec["hf_transposed"] else part
+        # a stack of experts (E, rows, cols): each expert's parts under its own names
+        experts = list(enumerate(x)) if "{e}" in "".join(spec["hf"]) else [(None, x)]
+        for e, xe in experts:
+            begin, parts = 0, spec["parts"] if len(spec["hf"]) > 1 else [xe.shape[0]]
+            for pattern, rows in zip(spec["hf"], parts):
+                part = xe[begin:begin + rows]
+                begin += rows
+                hf = pattern.replace("{}", layer).replace("{e}", str(e))
+                out[hf] = part.T if spec["hf_transposed"] else part
     return out
 
 
@@ -73,6 +84,22 @@ def gpt2_config(m):
             "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
             "bos_token_id": 0, "eos_token_id": 0,
             "tie_word_embeddings": m.get("tie_embeddings", True), "torch_dtype": "float32"}
+
+
+def mixtral_config(m, moe):
+    """MixtralForCausalLM's: llama's blocks with every MLP routed (docs/moe.md); transformers'
+    loss is then the cross-entropy alone (output_router_logits false), as pipetrain's `loss`."""
+    if m.get("arch") != "llama" or moe.get("every", 1) != 1 or moe.get("shared_experts", 0):
+        sys.exit("hf_format: Hugging Face's Mixtral format holds llama blocks, every one routed, "
+                 "without shared experts; this mixture of experts is another (docs/moe.md)")
+    config = dict(llama_config(m), architectures=["MixtralForCausalLM"], model_type="mixtral",
+                  intermediate_size=moe.get("ffn_hidden") or m["ffn_hidden"],
+                  num_local_experts=moe["experts"], num_experts_per_tok=moe.get("top_k", 2),
+                  router_aux_loss_coef=moe.get("aux_loss", 0.01), output_router_logits=False,
+                  router_jitter_noise=0.0, sliding_window=None)
+    for key in ("attention_bias", "mlp_bias", "hidden_act"):
+        config.pop(key, None)
+    return config
 
 
 def llama_config(m):

@@ -4,6 +4,7 @@
 // q, k, v and gate, up projections stacked) and copies in its tensor-parallel shard.
 #include "checkpoint/hf_import.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -116,11 +117,15 @@ struct Recipe {
   bool transposed = false;
 };
 
+// A stack of experts (a layer's tensor of three dimensions) takes each expert's pieces in turn.
 Recipe recipe(const ModelConfig& m, Role role, int layer) {
   for (const TensorSpec& s : schema(m.arch)) {
-    if (s.role != role) continue;
+    if (s.role != role || (layer >= 0 && !held_in_layer(s.scope, m, layer))) continue;
     Recipe r{{}, s.hf_transposed};
-    for (const char* p : s.hf) r.pieces.push_back(hf_name(p, layer));
+    const int experts = layer >= 0 && s.shape(m).size() == 3 ? s.shape(m)[0] : 0;
+    for (int e = 0; e < std::max(experts, 1); ++e) {
+      for (const char* p : s.hf) r.pieces.push_back(hf_name(p, layer, experts > 0 ? e : -1));
+    }
     return r;
   }
   return {};
@@ -133,7 +138,7 @@ std::vector<float> assemble(Safetensors& st, const ModelConfig& m, const ParamTe
   if (t.role == Role::lm_head && st.find(r.pieces.at(0)) == nullptr) {
     r = recipe(m, Role::wte, -1); // a tied file: the head is the embedding
   }
-  const long long cols = t.global_shape.size() > 1 ? t.global_shape[1] : 1;
+  const long long cols = t.global_shape.size() > 1 ? t.global_shape.back() : 1;
   std::vector<float> whole;
   for (const std::string& piece : r.pieces) {
     const Entry* e = st.find(piece);
@@ -191,10 +196,40 @@ void check_config(const std::string& dir, const ModelConfig& m) {
     throw input_error(dir + "/config.json: " + e.what());
   }
   const Json* type = j.find("model_type");
-  const std::string want = name(m.arch);
+  const std::string want = m.moe_experts > 0 ? "mixtral" : name(m.arch);
   if (type == nullptr || type->text != want) {
     throw input_error(dir + "/config.json: model_type \"" + (type ? type->text : "") +
-                      "\", the deck's model.arch is \"" + want + "\": set model.arch to match");
+                      "\", the deck's model is " + want +
+                      (m.moe_experts > 0 ? " (model.arch = \"llama\" with moe.experts > 0)"
+                                         : " (model.arch)") +
+                      ": set the deck's model to match");
+  }
+  if (m.moe_experts == 0) return;
+  // Mixtral's router and experts: the deck must route as the file's model does
+  const std::pair<const char*, std::pair<const char*, int>> keys[] = {
+      {"num_local_experts", {"moe.experts", m.moe_experts}},
+      {"num_experts_per_tok", {"moe.top_k", m.moe_top_k}}};
+  for (const auto& [hf, deck] : keys) {
+    const Json* v = j.find(hf);
+    if (v == nullptr || v->kind != Json::Kind::number || v->number != deck.second) {
+      throw input_error(dir + "/config.json: " + hf + " = " +
+                        (v != nullptr && v->kind == Json::Kind::number
+                             ? std::to_string(static_cast<long long>(v->number))
+                             : std::string("(none)")) +
+                        ", the deck's " + deck.first + " = " + std::to_string(deck.second) +
+                        ": set " + deck.first + " to the file's");
+    }
+  }
+}
+
+// The MoE models a Hugging Face directory can hold: Mixtral's (llama blocks, every block routed,
+// no shared experts).
+void check_moe(const ModelConfig& m) {
+  if (m.moe_experts == 0) return;
+  if (m.arch != Arch::llama || m.moe_every != 1 || m.moe_shared_experts != 0) {
+    throw input_error("checkpoint.init_from reads Mixtral's format (MixtralForCausalLM): "
+                      "model.arch = \"llama\", moe.every = 1, moe.shared_experts = 0; the deck's "
+                      "mixture of experts is another (docs/moe.md)");
   }
 }
 
@@ -202,6 +237,7 @@ void check_config(const std::string& dir, const ModelConfig& m) {
 
 std::size_t init_from_hf(const std::string& dir, const ModelConfig& m,
                          const std::vector<GptStage*>& stages) {
+  check_moe(m);
   check_config(dir, m);
   Safetensors st(dir + "/model.safetensors");
   std::size_t tensors = 0;

@@ -55,6 +55,9 @@ Dims gate_up_parts(const ModelConfig& m) {
 int expert_in(const ModelConfig& m) {
   return m.arch == Arch::llama ? 2 * expert_width(m) : expert_width(m);
 }
+Dims expert_gate_up_parts(const ModelConfig& m) { // each expert's: gate rows, then up rows
+  return {expert_width(m), expert_width(m)};
+}
 Dims router(const ModelConfig& m) {
   return {m.moe_experts, m.d_model};
 }
@@ -171,12 +174,15 @@ const std::vector<TensorSpec> kLlama = {
                               "model.layers.{}.mlp.up_proj.weight"}, false},
     {Role::fcp_w,   "mlp/proj/weight",  kDense,     kDecay,   kNotNorm, kCols, kResidual,
      mlp_out, nullptr, {"model.layers.{}.mlp.down_proj.weight"}, false},
+    // an MoE layer: Mixtral's (MixtralForCausalLM) names, "{e}" the expert; no shared experts
     {Role::router_w, "moe/router/weight", kMoe,     kDecay,   kNotNorm, kRep,  kNormal,
-     router, nullptr, {}, false},
+     router, nullptr, {"model.layers.{}.block_sparse_moe.gate.weight"}, false},
     {Role::fc_w,    "moe/experts/fc/weight", kMoe,  kDecay,   kNotNorm, kRep,  kNormal,
-     experts_in, nullptr, {}, false},
+     experts_in, expert_gate_up_parts, {"model.layers.{}.block_sparse_moe.experts.{e}.w1.weight",
+                                        "model.layers.{}.block_sparse_moe.experts.{e}.w3.weight"},
+     false},
     {Role::fcp_w,   "moe/experts/proj/weight", kMoe, kDecay,  kNotNorm, kRep,  kResidual,
-     experts_out, nullptr, {}, false},
+     experts_out, nullptr, {"model.layers.{}.block_sparse_moe.experts.{e}.w2.weight"}, false},
     {Role::shared_fc_w, "moe/shared/fc/weight", kShared, kDecay, kNotNorm, kRep, kNormal,
      shared_in, nullptr, {}, false},
     {Role::shared_fcp_w, "moe/shared/proj/weight", kShared, kDecay, kNotNorm, kRep, kResidual,
@@ -277,10 +283,12 @@ bool held_in_layer(Scope s, const ModelConfig& m, int l) {
   }
 }
 
-std::string hf_name(const char* pattern, int layer) {
+std::string hf_name(const char* pattern, int layer, int expert) {
   std::string s = pattern;
   const std::size_t at = s.find("{}");
   if (at != std::string::npos) s.replace(at, 2, std::to_string(layer));
+  const std::size_t e = s.find("{e}");
+  if (e != std::string::npos) s.replace(e, 3, std::to_string(expert));
   return s;
 }
 

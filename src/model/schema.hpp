@@ -67,7 +67,8 @@ struct TensorSpec {
   Dims (*shape)(const ModelConfig&); // the whole tensor's shape
   Dims (*parts)(const ModelConfig&); // the global rows of its stacked parts; null: one part
   // Hugging Face's name, or with several, those of its parts (as `parts` gives their rows),
-  // stacked by rows in this order; "{}" is the layer
+  // stacked by rows in this order; "{}" is the layer. A stack of experts (E, ...) names each
+  // expert's ("{e}"), whose rows `parts` then gives; empty: no Hugging Face counterpart
   std::vector<const char*> hf;
   bool hf_transposed; // each part stored (columns, rows) there (GPT-2's Conv1D)
 };
@@ -80,8 +81,9 @@ const std::vector<TensorSpec>& schema(Arch arch);
 bool in_blocks(Scope s);
 bool held_in_layer(Scope s, const ModelConfig& m, int l);
 
-// Hugging Face's name of one part of a tensor of layer `layer` (-1 outside blocks).
-std::string hf_name(const char* pattern, int layer);
+// Hugging Face's name of one part of a tensor of layer `layer` (-1 outside blocks) and, for the
+// stacked experts ("{e}" in the pattern), of expert `expert`.
+std::string hf_name(const char* pattern, int layer, int expert = -1);
 
 // The table as JSON, for tools/hf_format.py: the architecture's tensors with the shapes and parts
 // of model m resolved.

@@ -2,18 +2,20 @@
 """hf_export_test.py PIPETRAIN "LAUNCH" DATA WORK HF_PYTHON: tools/ckpt export --format hf, loaded
 by Hugging Face's transformers.
 
-For a tied GPT-2 and an untied llama with grouped-query attention (pipeline-ci's shape, 4 heads),
-each trained 4 steps on pp 2 with a checkpoint at step 4 and a validation loss after it:
+For a tied GPT-2, an untied llama with grouped-query attention and a Mixtral-style mixture of
+experts of those llama blocks (4 experts, top 2; pipeline-ci's shape, 4 heads), each trained 4
+steps on pp 2 with a checkpoint at step 4 and a validation loss after it:
 - the validation file holds exactly seq_len + 1 tokens, so every validation sequence is that one
   and pipetrain's validation loss is the loss of those tokens at the checkpoint's weights;
 - the checkpoint, exported with --format hf, loads in transformers (GPT2LMHeadModel,
-  LlamaForCausalLM: HF_PYTHON, the pinned environment of tools/hf-venv) from the directory alone,
+  LlamaForCausalLM, MixtralForCausalLM: HF_PYTHON, the pinned environment of tools/hf-venv) from
+  the directory alone,
   with no tensor missing, unexpected or of another shape;
 - its loss on the same tokens agrees with pipetrain's within 1e-5 relative (fp32);
 - checkpoint.init_from=DIR starts a run on another layout from it: its first step's loss on
   those tokens is the same within 1e-5;
-- a directory of the other architecture, of another width, missing, or with a truncated
-  safetensors file is refused with exit 2 and a message naming the problem.
+- a directory of the other architecture, of another width, of another expert count, missing, or
+  with a truncated safetensors file is refused with exit 2 and a message naming the problem.
 """
 import json
 import os
@@ -53,10 +55,10 @@ loss = torch.nn.functional.cross_entropy(logits.double(), tokens[1:])
 print(type(model).__name__, repr(loss.item()))
 """
 
+LLAMA = ['model.arch="llama"', "model.n_kv_head=2", "model.ffn_hidden=64"]
+MIXTRAL = LLAMA + ["moe.experts=4", "moe.top_k=2", "moe.ffn_hidden=32"]
 bad = []
-for name, overrides in (("gpt2", []),
-                        ("llama", ['model.arch="llama"', "model.n_kv_head=2",
-                                   "model.ffn_hidden=64"])):
+for name, overrides in (("gpt2", []), ("llama", LLAMA), ("mixtral", MIXTRAL)):
     d = os.path.join(work, name)
     run = subprocess.run(
         [*launch.split(), "2", exe, os.path.join(root, "inputs", "pipeline-ci.toml"),
@@ -87,7 +89,7 @@ for name, overrides in (("gpt2", []),
         bad.append(f"{name}: {rel:.2e} > 1e-5")
     # the exported directory starts a run on another layout (one rank; llama: tp 2) that trains
     # on those tokens alone: its first step's loss, before any update, is the same loss
-    layout = ["parallel.tp=2"] if name == "llama" else []
+    layout = {"llama": ["parallel.tp=2"], "mixtral": ["parallel.pp=2"]}.get(name, [])
     init = subprocess.run(
         [*launch.split(), "2" if layout else "1", exe,
          os.path.join(root, "inputs", "pipeline-ci.toml"), f"data.path={val}", "model.n_head=4",
@@ -117,8 +119,12 @@ def refused(why, directory, want, *extra):
         print(f"refused, {why}: {want}")
 
 
-refused("another architecture", f"{work}/llama/hf", 'model_type "llama", the deck\'s model.arch')
+refused("another architecture", f"{work}/llama/hf", 'model_type "llama", the deck\'s model is gpt2')
 refused("another width", f"{work}/gpt2/hf", "which does not fit the deck's", "model.d_model=64")
+refused("another expert count", f"{work}/mixtral/hf",
+        "num_local_experts = 4, the deck's moe.experts = 8", *MIXTRAL, "moe.experts=8")
+refused("a dense deck", f"{work}/mixtral/hf", 'model_type "mixtral", the deck\'s model is llama',
+        *LLAMA)
 refused("no directory", f"{work}/none", "config.json: cannot be read")
 cut = f"{work}/cut"
 shutil.copytree(f"{work}/gpt2/hf", cut)
