@@ -198,11 +198,11 @@ void check_config(const std::string& dir, const ModelConfig& m) {
   const Json* type = j.find("model_type");
   const std::string want = m.moe_experts > 0 ? "mixtral" : name(m.arch);
   if (type == nullptr || type->text != want) {
-    throw input_error(dir + "/config.json: model_type \"" + (type ? type->text : "") +
-                      "\", the deck's model is " + want +
-                      (m.moe_experts > 0 ? " (model.arch = \"llama\" with moe.experts > 0)"
-                                         : " (model.arch)") +
-                      ": set the deck's model to match");
+    throw input_error(
+        dir + "/config.json: model_type \"" + (type ? type->text : "") +
+        "\", the deck's model is " + want +
+        (m.moe_experts > 0 ? " (model.arch = \"llama\" with moe.experts > 0)" : " (model.arch)") +
+        ": set the deck's model to match");
   }
   if (m.moe_experts == 0) return;
   // Mixtral's router and experts: the deck must route as the file's model does

@@ -7,7 +7,8 @@
 # host. Checks:
 #   1. the node table (ranks 0-1 on one host, 2-3 on the other) and, at pp 2 x dp 2, each dp
 #      group reported as one node with the node topology;
-#   2. every all-reduce algorithm against MPI_Allreduce, bit for bit, across the hosts;
+#   2. every all-reduce algorithm against MPI_Allreduce, bit for bit, across the hosts; every
+#      all-to-all algorithm against MPI_Alltoallv, and their benchmark (printed);
 #   3. layouts equal to the single-rank run: pp across hosts with dp inside each (pp 2 x dp 2),
 #      dp across hosts (dp 4, hierarchical), tp inside a host with dp across (dp 2 x tp 2);
 #   4. a checkpoint written across the hosts, resumed across them: bit-identical to one run;
@@ -115,6 +116,14 @@ same 1e-5 pp2_dp2
 # 2: every algorithm against MPI_Allreduce across the hosts
 on_hosts "$build/tests/pt_test_allreduce" 2 >"$work/allreduce.out" 2>&1
 expect "$work/allreduce.out" " passed, 0 failed"
+# ... and every all-to-all algorithm against MPI_Alltoallv (hierarchical with a node a host),
+# then their benchmark across the hosts (its rows and verdict printed; docs/moe.md)
+on_hosts "$build/tests/pt_test_alltoall" 2 >"$work/alltoall.out" 2>&1
+expect "$work/alltoall.out" " passed, 0 failed"
+on_hosts "$build/pipetrain-bench" alltoall --ranks-per-node 2 --min-bytes 4096 \
+  --max-bytes 4194304 --seconds 0.05 >"$work/alltoall-bench.out" 2>&1 ||
+  { cat "$work/alltoall-bench.out"; fail "the all-to-all benchmark across the hosts"; }
+grep -E "^ +[0-9]+ (B|KiB|MiB) |^# from" "$work/alltoall-bench.out"
 
 # 3: dp across hosts (the node-local step through each host's shared window), tp inside a host
 train dp4 parallel.dp=4 comm.allreduce='"hierarchical"' || fail "dp 4 run"

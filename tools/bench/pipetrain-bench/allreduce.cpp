@@ -40,46 +40,21 @@ void fill_like_gradients(float* buf, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i, h += 2654435761u) buf[i] = static_cast<float>(h >> 24);
 }
 
-// The mean of the fastest 90% of the calls (at least one).
-double t90_of(std::vector<double> calls) {
-  std::sort(calls.begin(), calls.end());
-  calls.resize(std::max<std::size_t>(1, calls.size() - calls.size() / 10));
-  return std::accumulate(calls.begin(), calls.end(), 0.0) / static_cast<double>(calls.size());
-}
-
-// Every column's t90 (max over ranks) at n floats: two warm-up rounds (the first makes scratch,
-// windows and sub-communicators, and auto measures; the second's mean sets the number of timed
-// calls), then rounds in a shuffled order, the same on every rank.
+// Every column's t90 (max over ranks) at n floats (time_rounds: the first of the warm-up rounds
+// makes scratch, windows and sub-communicators, and auto measures).
 std::vector<double> time_columns(std::vector<std::unique_ptr<pt::Allreducer>>& cols, std::size_t n,
                                  double seconds, std::mt19937& shuffler) {
   std::vector<float> buf(n);
-  auto time_call = [&](std::size_t k) {
-    fill_like_gradients(buf.data(), n);
-    PT_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    const double t0 = MPI_Wtime();
-    cols[k]->sum(buf.data(), n);
-    return MPI_Wtime() - t0;
-  };
-  double est = 0.0;
-  for (int round = 0; round < 2; ++round) {
-    est = 0.0;
-    for (std::size_t k = 0; k < kCols; ++k) est += time_call(k) / static_cast<double>(kCols);
-  }
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &est, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-  const int iters = std::clamp(static_cast<int>(seconds / std::max(est, 1e-7)), 30, 5000);
-  std::vector<std::vector<double>> calls(kCols);
-  std::vector<std::size_t> order(kCols);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  for (int it = 0; it < iters; ++it) {
-    // a draw that does not depend on the standard library's distributions
-    for (std::size_t i = kCols - 1; i > 0; --i) std::swap(order[i], order[shuffler() % (i + 1)]);
-    for (std::size_t k : order) calls[k].push_back(time_call(k));
-  }
-  std::vector<double> t90(kCols);
-  for (std::size_t k = 0; k < kCols; ++k) t90[k] = t90_of(calls[k]);
-  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t90.data(), static_cast<int>(kCols), MPI_DOUBLE, MPI_MAX,
-                       MPI_COMM_WORLD));
-  return t90;
+  return time_rounds(
+      kCols,
+      [&](std::size_t k) {
+        fill_like_gradients(buf.data(), n);
+        PT_MPI(MPI_Barrier(MPI_COMM_WORLD));
+        const double t0 = MPI_Wtime();
+        cols[k]->sum(buf.data(), n);
+        return MPI_Wtime() - t0;
+      },
+      seconds, shuffler);
 }
 
 } // namespace

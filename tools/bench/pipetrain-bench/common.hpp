@@ -4,6 +4,9 @@
 
 #include <mpi.h>
 
+#include <cstddef>
+#include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -27,7 +30,17 @@ pt::Topology topology_from(const Args& a, int nodes);
 // node holds the same number of ranks (else 1).
 int ranks_per_node(const Args& a, MPI_Comm comm);
 
+// OSU-style timing of `cols` columns, each call timed alone (time_call(k): the seconds of one
+// call of column k, between barriers): two warm-up rounds (the second's mean sets the number of
+// timed calls, about `seconds` a column), then rounds in an order drawn afresh each round (the
+// same on every rank), so that drift on a shared machine hits all columns alike. Returns each
+// column's t90: the max over ranks of the mean of each rank's fastest 90% of calls.
+std::vector<double> time_rounds(std::size_t cols,
+                                const std::function<double(std::size_t)>& time_call, double seconds,
+                                std::mt19937& shuffler);
+
 int bench_allreduce(const Args& a);
+int bench_alltoall(const Args& a);
 int simulate(const Args& a);
 int calibrate(const Args& a);
 

@@ -1,10 +1,15 @@
-// pipetrain-bench: the all-reduce benchmark and the all-reduce cost model (docs/collectives.md).
+// pipetrain-bench: the all-reduce and all-to-all benchmarks and the all-reduce cost model
+// (docs/collectives.md).
 //   mpirun -np P build/pipetrain-bench allreduce [--min-bytes 8] [--max-bytes 268435456]
+//          [--ranks-per-node N] [--topology T | --calibration FILE] [--seconds 0.1]
+//   mpirun -np P build/pipetrain-bench alltoall [--min-bytes 8] [--max-bytes 16777216]
 //          [--ranks-per-node N] [--topology T | --calibration FILE] [--seconds 0.1]
 //   build/pipetrain-bench simulate --nodes N [--ranks-per-node G] [--topology T | --calibration F]
 //   mpirun -np P build/pipetrain-bench calibrate [--out calibration.toml] [--ranks-per-node N]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <stdexcept>
 
 #include "common.hpp"
@@ -42,6 +47,36 @@ std::string human(double bytes) {
   return b;
 }
 
+std::vector<double> time_rounds(std::size_t cols,
+                                const std::function<double(std::size_t)>& time_call, double seconds,
+                                std::mt19937& shuffler) {
+  double est = 0.0;
+  for (int round = 0; round < 2; ++round) {
+    est = 0.0;
+    for (std::size_t k = 0; k < cols; ++k) est += time_call(k) / static_cast<double>(cols);
+  }
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, &est, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  const int iters = std::clamp(static_cast<int>(seconds / std::max(est, 1e-7)), 30, 5000);
+  std::vector<std::vector<double>> calls(cols);
+  std::vector<std::size_t> order(cols);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  for (int it = 0; it < iters; ++it) {
+    // a draw that does not depend on the standard library's distributions
+    for (std::size_t i = cols - 1; i > 0; --i) std::swap(order[i], order[shuffler() % (i + 1)]);
+    for (std::size_t k : order) calls[k].push_back(time_call(k));
+  }
+  std::vector<double> t90(cols);
+  for (std::size_t k = 0; k < cols; ++k) { // the mean of the fastest 90% of the calls
+    std::vector<double>& c = calls[k];
+    std::sort(c.begin(), c.end());
+    c.resize(std::max<std::size_t>(1, c.size() - c.size() / 10));
+    t90[k] = std::accumulate(c.begin(), c.end(), 0.0) / static_cast<double>(c.size());
+  }
+  PT_MPI(MPI_Allreduce(MPI_IN_PLACE, t90.data(), static_cast<int>(cols), MPI_DOUBLE, MPI_MAX,
+                       MPI_COMM_WORLD));
+  return t90;
+}
+
 pt::Topology topology_from(const Args& a, int nodes) {
   return pt::resolve_topology(a.get("--topology", "auto"), a.get("--calibration", ""), nodes);
 }
@@ -65,8 +100,8 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: pipetrain-bench allreduce|simulate|calibrate [options]\n"
-               "  mpirun -np P pipetrain-bench allreduce [--min-bytes B] [--max-bytes B] "
+               "usage: pipetrain-bench allreduce|alltoall|simulate|calibrate [options]\n"
+               "  mpirun -np P pipetrain-bench allreduce|alltoall [--min-bytes B] [--max-bytes B] "
                "[--seconds S] [--ranks-per-node N] [--topology T | --calibration F]\n"
                "  pipetrain-bench simulate --nodes N [--ranks-per-node G] "
                "[--topology flat|fat-tree|tianhe | --calibration F]\n"
@@ -83,9 +118,11 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) a.rest.emplace_back(argv[i]);
   try {
     if (cmd == "simulate") return bench::simulate(a); // a model: no MPI needed
-    if (cmd != "allreduce" && cmd != "calibrate") return usage();
+    if (cmd != "allreduce" && cmd != "alltoall" && cmd != "calibrate") return usage();
     MPI_Init(&argc, &argv);
-    const int code = cmd == "allreduce" ? bench::bench_allreduce(a) : bench::calibrate(a);
+    const int code = cmd == "allreduce"  ? bench::bench_allreduce(a)
+                     : cmd == "alltoall" ? bench::bench_alltoall(a)
+                                         : bench::calibrate(a);
     MPI_Finalize();
     return code;
   } catch (const std::exception& e) {
