@@ -57,7 +57,7 @@ for g in range(global_batch):
 batch = torch.from_numpy(np.stack(rows))
 p = {n: t.double() for n, t in state.items()}
 with torch.no_grad():
-    loss, _ = gpt_reference.forward(p, cfg, True, batch[:, :T], batch[:, 1:])
+    loss, _, _ = gpt_reference.forward(p, cfg, True, batch[:, :T], batch[:, 1:])
 rel = abs(loss.item() - logged[6]) / logged[6]
 print(f"PyTorch loss on step 6's batch from the exported weights: {loss.item():.7f}; "
       f"pipetrain logged {logged[6]:.7f}; relative difference {rel:.2e}")

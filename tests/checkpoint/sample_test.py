@@ -37,7 +37,7 @@ def main():
         idx = np.random.default_rng(1).integers(0, cfg["vocab_size"], T)
         ours = sample.forward(w, cfg, idx)
         p = {k: torch.from_numpy(v).double() for k, v in w.items()}
-        _, ref = gpt_reference.forward(p, cfg, cfg["tied"], torch.from_numpy(idx)[None],
+        _, ref, _ = gpt_reference.forward(p, cfg, cfg["tied"], torch.from_numpy(idx)[None],
                                        torch.from_numpy(idx)[None])
         diff = float(np.abs(ours - ref[0].numpy()).max())
         print(f"tie_embeddings {tied}: {path}: logits within {diff:.2e} of the reference")
