@@ -120,8 +120,8 @@ expect "$work/allreduce.out" " passed, 0 failed"
 # then their benchmark across the hosts (its rows and verdict printed; docs/moe.md)
 on_hosts "$build/tests/pt_test_alltoall" 2 >"$work/alltoall.out" 2>&1
 expect "$work/alltoall.out" " passed, 0 failed"
-on_hosts "$build/pipetrain-bench" alltoall --ranks-per-node 2 --min-bytes 4096 \
-  --max-bytes 4194304 --seconds 0.05 >"$work/alltoall-bench.out" 2>&1 ||
+on_hosts "$build/pipetrain-bench" alltoall --ranks-per-node 2 --min-bytes 65536 \
+  --max-bytes 1048576 --seconds 0.02 >"$work/alltoall-bench.out" 2>&1 ||
   { cat "$work/alltoall-bench.out"; fail "the all-to-all benchmark across the hosts"; }
 grep -E "^ +[0-9]+ (B|KiB|MiB) |^# from" "$work/alltoall-bench.out"
 
