@@ -208,18 +208,6 @@ void all_gather_blocks(const float* mine, float* out, std::size_t each, const Re
   }
 }
 
-AllreduceAlgo auto_pick(const std::vector<std::pair<AllreduceAlgo, double>>& seconds,
-                        AllreduceAlgo model) {
-  if (seconds.empty()) return model;
-  const auto fastest =
-      std::min_element(seconds.begin(), seconds.end(),
-                       [](const auto& a, const auto& b) { return a.second < b.second; });
-  for (const auto& [algo, s] : seconds) {
-    if (algo == model && s <= 1.05 * fastest->second) return model;
-  }
-  return fastest->first;
-}
-
 // Two levels over rows of c consecutive ranks and the columns across them. When a row's ranks
 // share memory (hierarchical's node), the row steps go through a shared window: each rank's
 // part holds up to one segment.

@@ -78,11 +78,6 @@ struct AutoChoice {
   std::vector<std::pair<AllreduceAlgo, double>> seconds;
 };
 
-// auto's rule: the fastest candidate, unless the model's choice is within 5% of it (below a few
-// microseconds two algorithms differ by less than a call jitters; the model then decides).
-AllreduceAlgo auto_pick(const std::vector<std::pair<AllreduceAlgo, double>>& seconds,
-                        AllreduceAlgo model);
-
 // In-place sums over one communicator. Keeps what repeated calls need (scratch, the
 // sub-communicators of the two-level algorithms, hierarchical's shared-memory window), so a
 // training step neither allocates nor creates communicators. Every rank of comm calls sum()

@@ -258,8 +258,7 @@ AlltoallAlgo Alltoaller::algorithm_for(std::size_t cls) const {
   return hier ? AlltoallAlgo::hierarchical : AlltoallAlgo::pairwise;
 }
 
-// auto's one timing of each candidate (the slowest rank's), and its pick: the fastest, unless
-// the model's choice is within 5% of it
+// auto's one timing of each candidate (the slowest rank's), and its pick (auto_pick)
 AlltoallAlgo Alltoaller::measure(const float* send, const int* sc, float* recv, const int* rc,
                                  std::size_t cls) {
   const AlltoallAlgo model = algorithm_for(cls);
@@ -273,11 +272,9 @@ AlltoallAlgo Alltoaller::measure(const float* send, const int* sc, float* recv, 
   }
   opt_.watchdog->allreduce(t.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, comm_,
                            opt_.what + ": auto's timing");
-  const std::size_t best =
-      static_cast<std::size_t>(std::min_element(t.begin(), t.end()) - t.begin());
-  const std::size_t m =
-      static_cast<std::size_t>(std::find(cands.begin(), cands.end(), model) - cands.begin());
-  return t[m] <= 1.05 * t[best] ? model : cands[best];
+  std::vector<std::pair<AlltoallAlgo, double>> seconds;
+  for (std::size_t k = 0; k < cands.size(); ++k) seconds.emplace_back(cands[k], t[k]);
+  return auto_pick(seconds, model);
 }
 
 void Alltoaller::exchange(const float* send, const int* sc, float* recv, const int* rc,

@@ -7,8 +7,10 @@
 // hierarchical).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/enums.hpp"
@@ -59,6 +61,21 @@ double bandwidth_bound(double bytes, int p, int node_size, const Topology& t);
 // The algorithms "auto" chooses from, and its choice: the least modelled time.
 const std::vector<AllreduceAlgo>& modelled_algorithms();
 AllreduceAlgo choose_algorithm(double bytes, int p, int node_size, const Topology& t);
+
+// auto's rule, for the all-reduce's and the all-to-all's algorithms (Algo): of the candidates'
+// measured seconds, the fastest, unless the model's choice is within 5% of it (below a few
+// microseconds two algorithms differ by less than a call jitters; the model then decides).
+template <class Algo>
+Algo auto_pick(const std::vector<std::pair<Algo, double>>& seconds, Algo model) {
+  if (seconds.empty()) return model;
+  const auto fastest =
+      std::min_element(seconds.begin(), seconds.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  for (const auto& [algo, s] : seconds) {
+    if (algo == model && s <= 1.05 * fastest->second) return model;
+  }
+  return fastest->first;
+}
 
 // Columns of the near-square grid torus2d uses: p / (the largest divisor of p <= sqrt(p)).
 int grid_columns(int p);
