@@ -96,8 +96,9 @@ struct StageShapes {
   std::size_t B, T, C, Ct, NH, QKV, F, FI, V, N, R, stats, att;
   bool sp, packed, att16, qkv_in_att;
   // MoE layers: E routed experts, FE an expert's width and FIE its first product's, MR the most
-  // gathered rows (N * (top_k + shared experts)); every: the MoE layers' spacing
-  std::size_t E, FE, FIE, MR, every;
+  // gathered rows (N * (top_k + shared experts)); model: which layers they are (is_moe_layer)
+  std::size_t E, FE, FIE, MR;
+  ModelConfig model;
   StageShapes(const ModelConfig& m, int micro_batch, int tp, bool sequence_parallel,
               std::size_t attention_floats, ActFormat format = ActFormat::fp32,
               bool attention_keeps_qkv = false)
@@ -116,9 +117,9 @@ struct StageShapes {
         FIE(m.arch == Arch::llama ? 2 * FE : FE),
         MR(m.moe_experts > 0 ? N * static_cast<std::size_t>(m.moe_top_k + m.moe_shared_experts)
                              : 0),
-        every(static_cast<std::size_t>(m.moe_every)) {}
+        model(m) {}
   // whether layer l is an MoE layer; whether the stage's layers [begin, end) have one
-  bool moe(int l) const { return E > 0 && static_cast<std::size_t>(l) % every == 0; }
+  bool moe(int l) const { return is_moe_layer(model, l); }
   bool any_moe(int begin, int end) const {
     for (int l = begin; l < end; ++l) {
       if (moe(l)) return true;
