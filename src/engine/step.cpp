@@ -100,7 +100,8 @@ public:
     const Layout& layout = t.layout_;
     const std::size_t n_tensors = t.whole_.tensors().size();
     // [sums of squares per tensor..., loss, SIGTERM seen, SIGUSR1 seen, MoE: the weighted
-    // auxiliary losses' sum, then per MoE layer its dropped slots and each expert's kept ones]
+    // auxiliary losses' sum, then per MoE layer its dropped slots and the slots each expert was
+    // chosen for]
     const ModelConfig& m = t.cfg_.model;
     const std::size_t E = static_cast<std::size_t>(m.moe_experts);
     const std::size_t moe_layers = static_cast<std::size_t>(moe_layer_count(m));

@@ -156,8 +156,8 @@ double token_share(const ModelConfig& m, const TensorSpec& s) {
 double layer_matrix_params(const ModelConfig& m) {
   double n = 0.0;
   for (int l = 0; l < m.n_layer; ++l) {
-    n += layer_elements(m, l, [&m](const TensorSpec& s) {
-      return s.shape(m).size() >= 2 ? token_share(m, s) : 0.0;
+    n += layer_elements(m, l, [&m](const TensorSpec& s) { // a block's matrices are what decays
+      return s.decay ? token_share(m, s) : 0.0;
     });
   }
   return n / m.n_layer;
