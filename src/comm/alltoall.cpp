@@ -203,6 +203,12 @@ void Alltoaller::leaders_exchange(const Gathered& G, const std::vector<int>& rs)
   const Node& n = *node_;
   const int p = size_, g = n.g, me = rank_ / g;
   out_.resize(static_cast<std::size_t>(rs[g]));
+  // where local rank j's block from rank q goes in out_: its receives in source rank order
+  std::vector<int> place(static_cast<std::size_t>(g * p));
+  for (int j = 0; j < g; ++j) {
+    int at = rs[j];
+    for (int q = 0; q < p; ++q) place[static_cast<std::size_t>(j * p + q)] = at, at += G.got(j, q);
+  }
   for (int s = 0; s < n.nodes; ++s) { // s = 0: the blocks within the node
     const int to = (me + s) % n.nodes, from = (me - s + n.nodes) % n.nodes;
     pack_.clear();
@@ -229,10 +235,8 @@ void Alltoaller::leaders_exchange(const Gathered& G, const std::vector<int>& rs)
     const float* b = tmp2_.data();
     for (int i = 0; i < g; ++i) {
       for (int j = 0; j < g; ++j) {
-        int at = rs[j];
-        for (int q = 0; q < from * g + i; ++q) at += G.got(j, q);
         const int c = G.got(j, from * g + i);
-        std::copy(b, b + c, out_.begin() + at);
+        std::copy(b, b + c, out_.begin() + place[static_cast<std::size_t>(j * p + from * g + i)]);
         b += c;
       }
     }
