@@ -43,7 +43,10 @@ std::vector<Slice> slices(const Local& l, int sec) {
 bool writes(const Local& l, int sec, const Layout& layout, const std::vector<int>& turns,
             std::size_t k) {
   if (!l.stage->counts_in_norm(*l.t)) return false;
-  return layout.coords().dp == turns[k] || ((sec == 1 || sec == 2) && l.opt->sharded());
+  // an expert-parallel shard: written by each rank of one expert-parallel group
+  const int dp = layout.coords().dp, ep = layout.ep();
+  if (l.t->expert) return dp / ep == turns[k] / ep;
+  return dp == turns[k] || ((sec == 1 || sec == 2) && l.opt->sharded());
 }
 
 namespace {
@@ -88,11 +91,12 @@ void select_run(hid_t space, const std::vector<hsize_t>& dims, std::size_t d,
 void select_slice(hid_t space, const Local& l, const Slice& s, const Layout& layout) {
   const ParamTensor& t = *l.t;
   if (s.whole(t)) return select_shard(space, t, layout.coords().tp, layout.tp());
-  if (t.global_shape.size() > 2) { // the stacked experts: replicated, local order is global
+  if (t.global_shape.size() > 2) { // stacked experts: local order is global from first_expert
     const std::vector<hsize_t> dims = dims_of(t);
     std::vector<hsize_t> at(dims.size(), 0);
     bool first = true;
-    select_run(space, dims, 0, at, s.begin, s.begin + s.size, first);
+    const hsize_t at0 = l.stage->layout().global_index(t, 0);
+    select_run(space, dims, 0, at, at0 + s.begin, at0 + s.begin + s.size, first);
     if (first) H5Sselect_none(space);
     return;
   }
@@ -135,6 +139,10 @@ void select_shard(hid_t space, const ParamTensor& t, int tp_rank, int tp) {
   const std::vector<hsize_t> g = dims_of(t);
   std::vector<hsize_t> start(std::max<std::size_t>(g.size(), 2), 0), count(start.size(), 1);
   for (std::size_t d = 0; d < g.size(); ++d) count[d] = g[d];
+  if (t.expert) { // this rank's experts
+    count[0] = static_cast<hsize_t>(t.shape[0]);
+    start[0] = static_cast<hsize_t>(t.first_expert);
+  }
   if (t.shard_dim == 1) {
     count[1] = g[1] / static_cast<hsize_t>(tp);
     start[1] = static_cast<hsize_t>(tp_rank) * count[1];
@@ -176,7 +184,7 @@ std::uint64_t slice_checksum(const ParamLayout& lay, const ParamTensor& t, const
                              std::size_t begin, std::size_t n) {
   std::uint64_t sum = 0;
   for (std::size_t i = begin; i < begin + n; ++i) {
-    const std::uint64_t g = t.shard_dim < 0 ? i : lay.global_index(t, i);
+    const std::uint64_t g = t.shard_dim < 0 && !t.expert ? i : lay.global_index(t, i);
     std::uint32_t bits;
     std::memcpy(&bits, x + (i - begin), sizeof bits);
     // for a fixed position the term is a bijection of the bits: a changed element changes it

@@ -46,7 +46,8 @@ std::vector<Slice> slices(const Local& l, int sec);
 
 // Whether this rank writes (and checks) section sec of tensor k from l: the owning stage, each tp
 // shard (replicated tensors from tp rank 0), and one data-parallel replica, taking turns by
-// tensor; of a sharded (ZeRO-1) optimizer's moments every dp rank its own runs.
+// tensor (of expert-parallel shards: each rank of one expert-parallel group); of a sharded
+// (ZeRO-1) optimizer's moments every dp rank its own runs.
 bool writes(const Local& l, int sec, const Layout& layout, const std::vector<int>& turns,
             std::size_t k);
 

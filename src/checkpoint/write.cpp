@@ -149,6 +149,7 @@ bool write_metadata(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const
   ok &= write_attr(lay.get(), "pp", H5T_NATIVE_INT, &dims[0], 1);
   ok &= write_attr(lay.get(), "dp", H5T_NATIVE_INT, &dims[1], 1);
   ok &= write_attr(lay.get(), "tp", H5T_NATIVE_INT, &dims[2], 1);
+  ok &= write_attr(lay.get(), "ep", H5T_NATIVE_INT, &cfg.parallel.ep, 1);
   ok &= write_attr(lay.get(), "virtual_stages", H5T_NATIVE_INT, &cfg.parallel.virtual_stages, 1);
   ok &= write_string_attr(lay.get(), "partition", name(cfg.parallel.partition));
   ok &= write_attr(lay.get(), "layers", H5T_NATIVE_INT, partition.data(),

@@ -85,15 +85,15 @@ Alltoaller::~Alltoaller() {
   MPI_Comm_free(&comm_);
 }
 
-void Alltoaller::exchange_counts(const int* send_counts, int* recv_counts) {
-  for (int q = 0; q < size_; ++q) {
-    if (send_counts[q] < 0) {
+void Alltoaller::exchange_counts(const int* send_counts, int* recv_counts, int per) {
+  for (int i = 0; i < size_ * per; ++i) {
+    if (send_counts[i] < 0) {
       fatal(opt_.what + ": rank " + std::to_string(rank_) + " would send " +
-            std::to_string(send_counts[q]) + " floats to rank " + std::to_string(q));
+            std::to_string(send_counts[i]) + " floats to rank " + std::to_string(i / per));
     }
   }
   MPI_Request req;
-  PT_MPI(MPI_Ialltoall(send_counts, 1, MPI_INT, recv_counts, 1, MPI_INT, comm_, &req));
+  PT_MPI(MPI_Ialltoall(send_counts, per, MPI_INT, recv_counts, per, MPI_INT, comm_, &req));
   opt_.watchdog->count_collective();
   opt_.watchdog->wait(req, opt_.what + "'s counts");
 }

@@ -60,8 +60,9 @@ public:
   Alltoaller& operator=(const Alltoaller&) = delete;
 
   // Each rank's send counts to every rank (p ints) in; what every rank sends here out (p ints):
-  // the receivers' counts for exchange(). A negative count is refused.
-  void exchange_counts(const int* send_counts, int* recv_counts);
+  // the receivers' counts for exchange(). A negative count is refused. per > 1: per ints to each
+  // rank (p * per, blocks in rank order), e.g. one count per expert the receiver holds.
+  void exchange_counts(const int* send_counts, int* recv_counts, int per = 1);
   // The blocks. class_bytes: the size class auto decides by, the same on every rank (a caller
   // whose counts vary passes a bound they share, e.g. a capacity; 0: the largest block of this
   // rank's, for callers whose every rank sends the same sizes).

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <map>
 
 #include "comm/watchdog.hpp"
 #include "util/buffer.hpp"
@@ -11,7 +10,8 @@
 
 namespace pt {
 
-std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t bucket_floats) {
+std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t bucket_floats,
+                                     const std::function<bool(const ParamTensor&)>& pick) {
   const std::size_t cap = bucket_floats > 0 ? bucket_floats : SIZE_MAX;
   std::vector<GradBucket> out;
   // [lo, hi) pieces of at most `cap` floats, ready with `layer`
@@ -20,9 +20,14 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t buck
       out.push_back(GradBucket{b, std::min(cap, hi - b), layer});
     }
   };
-  std::map<int, std::pair<std::size_t, std::size_t>, std::greater<>> layers; // last layer first
+  struct Run {
+    std::size_t lo, hi;
+    int layer;
+  };
+  std::vector<Run> runs; // the picked blocks' tensors: a layer's neighbours joined, in order
   std::vector<std::pair<std::size_t, std::size_t>> edges;
   for (const ParamTensor& t : layout.tensors()) {
+    if (pick && !pick(t)) continue;
     // with the alignment padding, so that neighbouring tensors' ranges touch
     const std::size_t lo = t.offset,
                       hi = t.offset + aligned_bytes(t.size * sizeof(float)) / sizeof(float);
@@ -32,31 +37,29 @@ std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t buck
       } else {
         edges.emplace_back(lo, hi);
       }
-      continue;
-    }
-    auto [it, fresh] = layers.try_emplace(t.layer, lo, hi);
-    if (!fresh) {
-      it->second.first = std::min(it->second.first, lo);
-      it->second.second = std::max(it->second.second, hi);
+    } else if (!runs.empty() && runs.back().layer == t.layer && runs.back().hi == lo) {
+      runs.back().hi = hi;
+    } else {
+      runs.push_back({lo, hi, t.layer});
     }
   }
-  // consecutive layers are adjacent in the buffer: grow a bucket downwards while it fits
+  // last layer first: grow a bucket downwards while it fits and the runs touch
   bool open = false;
   std::size_t lo = 0, hi = 0;
   int ready = -1;
-  for (const auto& [layer, range] : layers) {
-    const std::size_t size = range.second - range.first;
-    if (open && (hi - range.first > cap || range.second != lo)) {
+  for (auto it = runs.rbegin(); it != runs.rend(); ++it) {
+    const std::size_t size = it->hi - it->lo;
+    if (open && (hi - it->lo > cap || it->hi != lo)) {
       emit(lo, hi, ready);
       open = false;
     }
     if (!open) {
-      hi = range.second;
+      hi = it->hi;
       open = true;
     }
-    lo = range.first;
-    ready = layer;
-    if (size >= cap) { // a layer larger than a bucket gets buckets of its own
+    lo = it->lo;
+    ready = it->layer;
+    if (size >= cap) { // a run larger than a bucket gets buckets of its own
       emit(lo, hi, ready);
       open = false;
     }

@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,9 +45,11 @@ struct GradBucket {
                                      // -1: at finish()
 };
 
-// Buckets of at most bucket_floats (0: one per layer group without limit) over the layout:
-// blocks from the last layer down, then the edge tensors.
-std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t bucket_floats);
+// Buckets of at most bucket_floats (0: one per layer group without limit) over the layout's
+// tensors that `pick` selects (empty: all): blocks from the last layer down, then the edge
+// tensors.
+std::vector<GradBucket> make_buckets(const ParamLayout& layout, std::size_t bucket_floats,
+                                     const std::function<bool(const ParamTensor&)>& pick = {});
 
 struct GradSyncStats {
   double exposed_s = 0.0; // the trainer waited in finish() (and polling calls)

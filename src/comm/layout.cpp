@@ -35,7 +35,7 @@ std::pair<int, int> group_nodes(const std::vector<int>& node_of) {
 }
 
 Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
-    : world_(world), pp_(p.pp), dp_(p.dp), tp_(p.tp) {
+    : world_(world), pp_(p.pp), dp_(p.dp), tp_(p.tp), ep_(p.ep) {
   PT_MPI(MPI_Comm_rank(world_, &rank_));
   PT_MPI(MPI_Comm_size(world_, &size_));
   me_ = coords_of(rank_, pp_, dp_, tp_);
@@ -44,6 +44,10 @@ Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
   PT_MPI(MPI_Comm_split(world_, me_.pp * dp_ + me_.dp, me_.tp, &tp_comm_));
   const bool edge = pp_ > 1 && (me_.pp == 0 || me_.pp == pp_ - 1);
   PT_MPI(MPI_Comm_split(world_, edge ? me_.dp * tp_ + me_.tp : MPI_UNDEFINED, me_.pp, &emb_comm_));
+  if (ep_ > 1) { // within the dp group: blocks of ep ranks, and the ranks at one place in them
+    PT_MPI(MPI_Comm_split(dp_comm_, me_.dp / ep_, me_.dp % ep_, &ep_comm_));
+    PT_MPI(MPI_Comm_split(dp_comm_, me_.dp % ep_, me_.dp / ep_, &edp_comm_));
+  }
 
   // Nodes: ranks sharing memory, or blocks of comm.ranks_per_node consecutive ranks (lets one
   // machine pretend to be several nodes in tests).
@@ -110,7 +114,8 @@ Layout::~Layout() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&dp_comm_, &pp_comm_, &tp_comm_, &emb_comm_, &node_comm_}) {
+  for (MPI_Comm* c :
+       {&dp_comm_, &pp_comm_, &tp_comm_, &emb_comm_, &ep_comm_, &edp_comm_, &node_comm_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
 }
@@ -118,8 +123,9 @@ Layout::~Layout() {
 std::string Layout::table(const Placement* placement) const {
   if (rank_ != 0) return {};
   std::ostringstream os;
-  os << "layout: pp " << pp_ << " x dp " << dp_ << " x tp " << tp_ << " = " << size_ << " ranks on "
-     << nodes_ << " node(s)\n";
+  os << "layout: pp " << pp_ << " x dp " << dp_ << " x tp " << tp_ << " = " << size_ << " ranks";
+  if (ep_ > 1) os << " (expert parallelism: dp in groups of ep " << ep_ << ")";
+  os << " on " << nodes_ << " node(s)\n";
   const bool placed = placement != nullptr && placement->cores.size() == hosts_.size();
   os << "  rank  node  pp  dp  tp  " << (placed ? "threads  cores           " : "") << "host\n";
   constexpr int kShown = 64; // a big job prints the first ranks only

@@ -37,6 +37,13 @@ public:
   MPI_Comm dp_comm() const { return dp_comm_; } // same (pp, tp), all dp; rank = dp coordinate
   MPI_Comm pp_comm() const { return pp_comm_; } // same (dp, tp), all pp; rank = pp coordinate
   MPI_Comm tp_comm() const { return tp_comm_; } // same (pp, dp), all tp; rank = tp coordinate
+  // Expert parallelism (parallel.ep, docs/moe.md): the block of ep consecutive dp ranks this
+  // rank's tokens are exchanged in (rank = dp % ep), and the dp ranks holding the same experts
+  // (rank = dp / ep), over which the experts' gradients are reduced. MPI_COMM_NULL when ep = 1.
+  MPI_Comm ep_comm() const { return ep_comm_; }
+  MPI_Comm expert_dp_comm() const { return edp_comm_; }
+  int ep() const { return ep_; }
+  int ep_rank() const { return me_.dp % ep_; }
   // First and last pipeline rank of this (dp, tp): they share the tied embedding. MPI_COMM_NULL
   // on other ranks and when pp = 1.
   MPI_Comm embedding_comm() const { return emb_comm_; }
@@ -67,10 +74,11 @@ private:
   MPI_Comm pp_comm_ = MPI_COMM_NULL;
   MPI_Comm tp_comm_ = MPI_COMM_NULL;
   MPI_Comm emb_comm_ = MPI_COMM_NULL;
+  MPI_Comm ep_comm_ = MPI_COMM_NULL, edp_comm_ = MPI_COMM_NULL;
   MPI_Comm node_comm_ = MPI_COMM_NULL;
   std::string warnings_;
   int rank_ = 0, size_ = 1;
-  int pp_ = 1, dp_ = 1, tp_ = 1;
+  int pp_ = 1, dp_ = 1, tp_ = 1, ep_ = 1;
   Coords me_;
   int node_ = 0, nodes_ = 1, ranks_on_node_ = 1;
   int dp_nodes_ = 1, dp_node_size_ = 1;

@@ -345,6 +345,10 @@ std::vector<DeckKey> make_table() {
       integer(
           "parallel", "dp", &RC::parallel, &P::dp, 0, 1 << 24,
           {"data-parallel replicas; left out (or 0): ranks / (pp*tp)", "yes", nullptr, "derived"}),
+      integer("parallel", "ep", &RC::parallel, &P::ep, 1, 65536,
+              {"expert-parallel degree (docs/moe.md): each group of ep consecutive dp ranks "
+               "holds moe.experts / ep routed experts a rank and sends tokens to their experts "
+               "by all-to-all; must divide dp and moe.experts"}),
       integer("parallel", "virtual_stages", &RC::parallel, &P::virtual_stages, 1, 64,
               {"model chunks per pipeline rank (interleaved placement: stage s on rank s % pp; V "
                "placement for zb-v and dualpipev)"}),
@@ -451,6 +455,12 @@ std::vector<DeckKey> make_table() {
               "bucket, advanced between layers (needs allreduce mpi or auto); under ZeRO-1 the "
               "same modes apply to the buckets' reduce-scatter (none with sequence "
               "parallelism)"}),
+      choice("comm", "alltoall", &RC::comm, &C::alltoall,
+             {AlltoallKind::automatic, AlltoallKind::mpi, AlltoallKind::pairwise,
+              AlltoallKind::hierarchical},
+             {"parallel.ep > 1: the all-to-all that moves tokens to their experts and back "
+              "(docs/collectives.md); auto: the least modelled time per size class, refined by "
+              "one measurement of each candidate"}),
       integer("comm", "ranks_per_node", &RC::comm, &C::ranks_per_node, 0, 1 << 20,
               {"0: nodes found from shared memory; N: blocks of N consecutive ranks form a node "
                "(to test multi-node layouts on one machine)"}),

@@ -41,6 +41,7 @@ enum class Overlap { none, thread, poll };                           // comm.ove
 enum class GpuTransport { automatic, nccl, mpi };                    // comm.gpu_collectives/p2p
 enum class TopologyKind { automatic, flat, fat_tree, tianhe };       // comm.topology
 enum class Recompute { none, selective, full };                      // train.recompute
+enum class AlltoallKind { automatic, mpi, pairwise, hierarchical };  // comm.alltoall
 enum class AllreduceAlgo { mpi, ring, recursive_doubling, rabenseifner, hierarchical, torus2d };
 
 // comm.allreduce's algorithms in deck order (the deck's "auto" is no algorithm: nullopt).
@@ -152,6 +153,20 @@ constexpr const char* name(Overlap o) {
     return "thread";
   case Overlap::poll:
     return "poll";
+  }
+  return "?";
+}
+
+constexpr const char* name(AlltoallKind a) {
+  switch (a) {
+  case AlltoallKind::automatic:
+    return "auto";
+  case AlltoallKind::mpi:
+    return "mpi";
+  case AlltoallKind::pairwise:
+    return "pairwise";
+  case AlltoallKind::hierarchical:
+    return "hierarchical";
   }
   return "?";
 }

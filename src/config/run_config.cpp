@@ -193,6 +193,37 @@ void check_tensor_parallel(const RunConfig& c, const Rules& r) {
   }
 }
 
+// parallel.ep: a divisor of dp and of the experts; what expert parallelism does not run with
+void check_expert_parallel(const RunConfig& c, const Rules& r) {
+  const int ep = c.parallel.ep, dp = c.parallel.dp, E = c.model.moe_experts;
+  if (ep == 1) return;
+  const std::string is = "= " + std::to_string(ep);
+  if (E == 0) r.fail("parallel", "ep", is + " needs routed experts: set moe.experts > 0");
+  if (dp % ep != 0) {
+    r.fail("parallel", "ep",
+           is + " does not divide parallel.dp = " + std::to_string(dp) +
+               ": expert-parallel groups are blocks of ep data-parallel ranks");
+  }
+  if (E % ep != 0) {
+    r.fail("parallel", "ep",
+           is + " does not divide moe.experts = " + std::to_string(E) +
+               ": every rank of an expert-parallel group holds the same number of experts");
+  }
+  if (c.parallel.zero == 1) {
+    r.fail("parallel", "zero",
+           "= 1 does not run with parallel.ep > 1 yet: ZeRO-1 shards the optimizer over dp, "
+           "and the experts' gradients are reduced over the expert-data-parallel group "
+           "(docs/moe.md); use parallel.zero = 0 or parallel.ep = 1");
+  }
+  if (c.data.val_every > 0 && c.data.val_batches % dp != 0) {
+    r.fail("data", "val_batches",
+           "= " + std::to_string(c.data.val_batches) +
+               " is not a multiple of parallel.dp = " + std::to_string(dp) +
+               ": with parallel.ep > 1 every rank of an expert-parallel group must run the "
+               "same validation micro-batches; make it a multiple of dp");
+  }
+}
+
 // pp * dp * tp against the job, the layers against the stages, the batch against dp.
 void check_layout(RunConfig& c, int world_size, const Rules& r) {
   const int pp = c.parallel.pp;
@@ -228,6 +259,7 @@ void check_layout(RunConfig& c, int world_size, const Rules& r) {
                std::to_string(c.train.micro_batch) + ": make global_batch a multiple of " +
                std::to_string(per_step));
   }
+  check_expert_parallel(c, r);
 }
 
 // What each schedule and ZeRO-1 run on, and the micro-batches and partition against the batch.

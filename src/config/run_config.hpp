@@ -63,6 +63,9 @@ struct ParallelConfig {
   int pp = 1;
   int dp = 0; // 0 in the deck: ranks / (pp*tp)
   int tp = 1;
+  // expert parallelism (docs/moe.md): each block of ep consecutive dp ranks shares the routed
+  // experts, experts / ep each, and exchanges tokens by all-to-all; divides dp
+  int ep = 1;
   int virtual_stages = 1;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   // schedule file: the path after "file:" and the file's text (load_deck reads it on rank 0)
@@ -125,8 +128,9 @@ struct CommConfig {
   TopologyKind topology = TopologyKind::automatic;
   std::string calibration; // a `pipetrain-bench calibrate` file (topology auto)
   double bucket_mb = 25.0;
-  Overlap overlap = Overlap::none; // gradient reduction during backward
-  int ranks_per_node = 0;          // 0: detect from shared memory
+  Overlap overlap = Overlap::none;                 // gradient reduction during backward
+  AlltoallKind alltoall = AlltoallKind::automatic; // parallel.ep > 1: the expert token exchange
+  int ranks_per_node = 0;                          // 0: detect from shared memory
   // device.kind = "cuda": the dp/tp reductions through NCCL on device memory, or through MPI on
   // host copies; auto: NCCL where the build has it and no two ranks share a GPU
   GpuTransport gpu_collectives = GpuTransport::automatic;

@@ -15,6 +15,7 @@ void Chunk::count_in_norm(const ParamLayout& whole) {
     norm_index_.push_back(whole.index_of(tensors[span.tensor]));
     norm_offset_.push_back(span.offset);
     norm_size_.push_back(span.size);
+    norm_expert_.push_back(tensors[span.tensor].expert ? 1 : 0);
   }
   norm_sums_.resize(norm_index_.size());
 }
@@ -22,6 +23,7 @@ void Chunk::count_in_norm(const ParamLayout& whole) {
 void Chunk::finish_sum(GradSyncStats& comm) {
   stage_->fold_tied_head_grad();
   if (sync_ && !sync_->scatters()) sync_->finish(comm);
+  if (expert_sync_) expert_sync_->finish(comm);
   stage_->sum_sequence_parallel_grads();
 }
 
@@ -30,13 +32,16 @@ void Chunk::finish_shard(GradSyncStats& comm) {
   opt_->reduce(stage_->grads());
 }
 
-void Chunk::add_norm_squares(double* sq, int dp_rank) {
-  // whole optimizers: the dp replicas' gradients are equal, dp rank 0 counts them
-  if (!opt_->sharded() && dp_rank != 0) return;
+void Chunk::add_norm_squares(double* sq, int dp_rank, int ep) {
+  // whole optimizers: the dp replicas' gradients are equal, dp rank 0 counts them, and the
+  // experts' shards the first expert-parallel group
+  if (!opt_->sharded() && dp_rank >= ep) return;
   const float* g = opt_->summed_grads(stage_->grads());
   stage_->backend().sum_squares_each(norm_sums_.data(), g, norm_offset_.data(), norm_size_.data(),
                                      static_cast<int>(norm_index_.size()));
-  for (std::size_t i = 0; i < norm_index_.size(); ++i) sq[norm_index_[i]] += norm_sums_[i];
+  for (std::size_t i = 0; i < norm_index_.size(); ++i) {
+    if (opt_->sharded() || dp_rank == 0 || norm_expert_[i]) sq[norm_index_[i]] += norm_sums_[i];
+  }
 }
 
 void Chunk::update(double lr, float grad_scale) {

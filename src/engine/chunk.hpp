@@ -28,6 +28,9 @@ public:
   // data parallelism.
   GradSync* reducer() const { return sync_.get(); }
   void set_reducer(std::unique_ptr<GradSync> sync) { sync_ = std::move(sync); }
+  // Expert parallelism: the routed experts' gradients, reduced over the expert-data-parallel
+  // group at finish_sum() (the reducer above then holds every other tensor)
+  void set_expert_reducer(std::unique_ptr<GradSync> sync) { expert_sync_ = std::move(sync); }
 
   // The tensors the gradient norm counts (shards on every tp rank, replicated tensors on tp
   // rank 0: each element once), by their index in `whole`, the model in model order.
@@ -40,8 +43,9 @@ public:
   void finish_sum(GradSyncStats& comm);
   void finish_shard(GradSyncStats& comm);
   // This rank's sum of squared gradients of each tensor it counts, added into sq (indexed by
-  // the model's tensor order): whole optimizers count on dp rank 0 only, sharded ones everywhere.
-  void add_norm_squares(double* sq, int dp_rank);
+  // the model's tensor order): whole optimizers count on dp rank 0 only (expert-parallel shards:
+  // on the first ep dp ranks, one expert-parallel group), sharded ones everywhere.
+  void add_norm_squares(double* sq, int dp_rank, int ep);
   void update(double lr, float grad_scale);
   // train.post_validation: save() keeps the parameters and optimizer state that undo() restores
   void save();
@@ -50,9 +54,10 @@ public:
 private:
   std::unique_ptr<GptStage> stage_;
   std::unique_ptr<Optimizer> opt_;
-  std::unique_ptr<GradSync> sync_;
+  std::unique_ptr<GradSync> sync_, expert_sync_;
   // the norm's tensors: index in model order, offset and size in the optimizer's summed_grads()
   std::vector<std::size_t> norm_index_, norm_offset_, norm_size_;
+  std::vector<char> norm_expert_; // the tensor is an expert-parallel shard
   std::vector<double> norm_sums_; // scratch: one sum of squares per tensor
   FloatBuffer saved_params_;      // post-validation: the parameters before the update
 };

@@ -130,7 +130,8 @@ void Trainer::report_collectives(const RunTotals& totals) const {
 // The final parameters' summaries into metrics.jsonl; the tp replica check's verdict.
 void Trainer::report_final_params() {
   const std::vector<ParamSummary> summary =
-      summarize_params(stages_of(chunks_), whole_, watchdog_, layout_.tp_comm(), layout_.pp_comm());
+      summarize_params(stages_of(chunks_), whole_, watchdog_, layout_.tp_comm(), layout_.pp_comm(),
+                       layout_.ep_comm());
   if (layout_.rank() != 0) return;
   if (test_hooks().check_tp_replicas) {
     std::printf("tp replica check: %d replicated gradient tensors were bitwise equal on all %d tp "
@@ -208,8 +209,9 @@ void Trainer::report_step(int step, const StepResult& s, RunTotals& totals) {
     log_->step(sm, sm.reduced);
   }
   if (sm.reduced && cfg.log.param_digests) {
-    const std::vector<ParamSummary> summary = summarize_params(
-        stages_of(chunks_), whole_, watchdog_, layout_.tp_comm(), layout_.pp_comm());
+    const std::vector<ParamSummary> summary =
+        summarize_params(stages_of(chunks_), whole_, watchdog_, layout_.tp_comm(),
+                         layout_.pp_comm(), layout_.ep_comm());
     if (layout_.rank() == 0) log_->params(step + 1, summary);
   }
   totals.steps_done = step + 1;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "comm/alltoall.hpp"
 #include "comm/group_reducer.hpp"
 #include "comm/watchdog.hpp"
 #include "data/sampler.hpp"
@@ -130,6 +131,7 @@ private:
   std::string staged_why_, p2p_why_;        // why not, when not
   std::unique_ptr<GroupReducer> tp_reduce_; // tp > 1; shared by the chunks (one at a time)
   std::unique_ptr<GroupReducer> embedding_reduce_; // tied embedding across the first/last stage
+  std::unique_ptr<Alltoaller> ep_exchange_;        // ep > 1: the expert token exchange, the chunks'
   std::vector<Chunk> chunks_;                      // chunk c: plan.schedule.stage_of(pp rank, c)
   ParamLayout whole_;                              // every tensor of the model, in model order
   std::unique_ptr<StepPolicy> policy_;             // synchronous or 2bw, from the schedule kind

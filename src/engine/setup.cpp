@@ -82,6 +82,33 @@ const Backend& open_device(const DeviceConfig& d, MPI_Comm world) {
   return *be;
 }
 
+// parallel.ep > 1: the all-to-all of the expert-parallel group, comm.alltoall's algorithm with
+// the group's placement on nodes; prints the choice on rank 0.
+std::unique_ptr<Alltoaller> make_ep_exchange(const RunConfig& cfg, const Layout& layout,
+                                             const Watchdog& watchdog) {
+  AlltoallOptions opt;
+  if (cfg.comm.alltoall != AlltoallKind::automatic) {
+    opt.algo = parse_alltoall(name(cfg.comm.alltoall));
+  }
+  std::vector<int> nodes(static_cast<std::size_t>(layout.ep()));
+  const int node = layout.node();
+  watchdog.allgather(&node, 1, MPI_INT, nodes.data(), layout.ep_comm(),
+                     "the expert-parallel group's nodes");
+  const auto [count, per_node] = group_nodes(nodes);
+  opt.node_size = per_node;
+  opt.topology = resolve_topology(name(cfg.comm.topology), cfg.comm.calibration, count);
+  opt.autotune = cfg.comm.autotune;
+  opt.watchdog = &watchdog;
+  opt.what = "the expert-parallel all-to-all";
+  if (layout.rank() == 0) {
+    std::printf("  expert parallelism: ep %d (%d expert(s) a rank), tokens exchanged by the "
+                "all-to-all %s over %d node(s)\n",
+                layout.ep(), cfg.model.moe_experts / layout.ep(), name(cfg.comm.alltoall), count);
+    std::fflush(stdout);
+  }
+  return std::make_unique<Alltoaller>(layout.ep_comm(), opt);
+}
+
 // ZeRO-1: each chunk's reducer reduce-scatters the optimizer's buckets into its shard.
 void make_zero_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chunk>& chunks,
                      Overlap overlap, const AllreduceOptions& opt) {
@@ -137,8 +164,20 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
   if (zero) return make_zero_syncs(cfg, layout, chunks, overlap, opt);
   const std::size_t bucket_floats = static_cast<std::size_t>(cc.bucket_mb * 262144.0);
   std::size_t buckets = 0, largest = 0;
+  // expert parallelism: the experts' shards over the expert-data-parallel group, the rest over dp
+  const auto dense = [](const ParamTensor& t) { return !t.expert; };
   for (Chunk& c : chunks) {
-    std::vector<GradBucket> b = make_buckets(c.stage().layout(), bucket_floats);
+    if (layout.ep() > 1 && layout.ep() < layout.dp()) {
+      AllreduceOptions eo = opt;
+      eo.node_size = 1;
+      eo.what = "the experts' gradient all-reduce (expert-data-parallel group)";
+      c.set_expert_reducer(std::make_unique<GradSync>(
+          c.stage().grads(),
+          make_buckets(c.stage().layout(), bucket_floats,
+                       [](const ParamTensor& t) { return t.expert; }),
+          layout.expert_dp_comm(), Overlap::none, eo, c.stage().backend()));
+    }
+    std::vector<GradBucket> b = make_buckets(c.stage().layout(), bucket_floats, dense);
     buckets += b.size();
     for (const GradBucket& k : b) largest = std::max(largest, k.count);
     std::unique_ptr<cuda::NcclComm> device; // a communicator per chunk, on a side stream
@@ -196,12 +235,14 @@ void Trainer::make_chunks() {
     embedding_reduce_ = make_reducer(layout.embedding_comm(),
                                      "the tied-embedding gradient all-reduce", watchdog_, be_);
   }
+  if (layout.ep() > 1) ep_exchange_ = make_ep_exchange(cfg, layout, watchdog_);
   for (int c = 0; c < cfg.parallel.virtual_stages; ++c) {
     const TpGroup tp{layout.coords().tp, layout.tp(), tp_reduce_.get(),
                      cfg.parallel.sequence_parallel};
     auto stage = std::make_unique<GptStage>(
         cfg.model, stage_spec(plan_.layers, plan_.schedule.stage_of(me, c)), cfg.train.micro_batch,
-        tp, be_, cfg.train.recompute, activation_format(cfg.device.precision));
+        tp, be_, cfg.train.recompute, activation_format(cfg.device.precision),
+        EpGroup{layout.ep_rank(), layout.ep(), ep_exchange_.get()});
     stage->init_parameters(cfg.train.seed);
     std::unique_ptr<Optimizer> opt;
     if (cfg.parallel.zero == 1) {

@@ -119,7 +119,7 @@ public:
         }
       }
     }
-    for (Chunk& c : t.chunks_) c.add_norm_squares(v_.data(), layout.coords().dp);
+    for (Chunk& c : t.chunks_) c.add_norm_squares(v_.data(), layout.coords().dp, layout.ep());
     const schedule::Schedule& sched = t.plan_.schedule;
     const bool has_loss =
         layout.coords().pp == sched.rank_of(sched.stages() - 1) && layout.coords().tp == 0;

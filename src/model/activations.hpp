@@ -30,10 +30,15 @@ struct BlockActivations {
   FloatBuffer ln2, ln2_mean, ln2_rstd; // (R,C), (R), (R)
   FloatBuffer fch, fch_gelu;           // (N,FI), (N,F): GELU's (llama: SwiGLU's) input, output
   FloatBuffer out;                     // (R,C) block output = res2 + MLP branch
-  // MoE layers (docs/moe.md): fch and fch_gelu hold the experts' gathered rows, (MR,FIE) and
-  // (MR,FE); the router's probabilities and log-sum-exps; the experts' outputs before the weights
+  // MoE layers (docs/moe.md): fch and fch_gelu hold the rows this rank's experts computed,
+  // (XR,FIE) and (XR,FE); the router's probabilities and log-sum-exps; the outputs of this rank's
+  // tokens' experts before the weights
   FloatBuffer router, router_lse; // (N,E), (N)
   FloatBuffer moe_y;              // (MR,C)
+  // expert parallelism: the input rows this rank's experts received, and how many rows of each
+  // of its experts came from each rank of the group (ep x E/ep, source-major)
+  FloatBuffer moe_xe; // (XR,C)
+  std::vector<int> moe_counts;
 };
 
 // One block's activations as its forward and backward read and write them: fp32 buffers, each the
@@ -41,7 +46,8 @@ struct BlockActivations {
 // recompute).
 struct BlockView {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
-      *fch_gelu, *out, *router, *router_lse, *moe_y;
+      *fch_gelu, *out, *router, *router_lse, *moe_y, *moe_xe;
+  std::vector<int>* moe_counts;
   // The kept packed copies of the four product inputs (ln1, atty, ln2, fch_gelu) where the
   // products read them packed (GptStage::packed_products_), else null; fch16: fch's, which
   // gpt2's GELU then writes packed as it reads fch (else null).
@@ -70,8 +76,9 @@ struct BlockStash {
   FloatBuffer d_ln1;           // (R,C)
   FloatBuffer dx;              // (R,C) gradient of the block input
   FloatBuffer g_dout, g_res2;  // (N,C) sequence parallel: dout and d_res2 gathered over tp
-  // MoE layers: the gradients of the experts' outputs and first products, of the router logits
-  FloatBuffer moe_dy, moe_dfch; // (MR,C), (MR,FIE)
+  // MoE layers: the gradients of this rank's experts' outputs and first products, of the router
+  // logits
+  FloatBuffer moe_dy, moe_dfch; // (XR,C), (XR,FIE)
   FloatBuffer moe_dlogits;      // (N,E)
 };
 
@@ -96,8 +103,11 @@ struct StageShapes {
   std::size_t B, T, C, Ct, NH, QKV, F, FI, V, N, R, stats, att;
   bool sp, packed, att16, qkv_in_att;
   // MoE layers: E routed experts, FE an expert's width and FIE its first product's, MR the most
-  // gathered rows (N * (top_k + shared experts)); model: which layers they are (is_moe_layer)
-  std::size_t E, FE, FIE, MR;
+  // gathered rows (N * (top_k + shared experts)); model: which layers they are (is_moe_layer).
+  // ep: the expert-parallel degree; XR the most rows a rank's experts compute: MR, or with
+  // ep > 1 every slot of the group's ep micro-batches routed here (dropless) and its own tokens'
+  // shared-expert rows (with_ep)
+  std::size_t E, FE, FIE, MR, ep = 1, XR;
   ModelConfig model;
   StageShapes(const ModelConfig& m, int micro_batch, int tp, bool sequence_parallel,
               std::size_t attention_floats, ActFormat format = ActFormat::fp32,
@@ -117,7 +127,14 @@ struct StageShapes {
         FIE(m.arch == Arch::llama ? 2 * FE : FE),
         MR(m.moe_experts > 0 ? N * static_cast<std::size_t>(m.moe_top_k + m.moe_shared_experts)
                              : 0),
-        model(m) {}
+        XR(MR), model(m) {}
+  StageShapes& with_ep(int degree) {
+    ep = static_cast<std::size_t>(degree);
+    const std::size_t k = static_cast<std::size_t>(model.moe_top_k),
+                      S = static_cast<std::size_t>(model.moe_shared_experts);
+    XR = E > 0 ? N * (ep * k + S) : 0;
+    return *this;
+  }
   // whether layer l is an MoE layer; whether the stage's layers [begin, end) have one
   bool moe(int l) const { return is_moe_layer(model, l); }
   bool any_moe(int begin, int end) const {
@@ -168,13 +185,14 @@ void block_activation_buffers(BlockActivations& k, const StageShapes& s, Recompu
   f(k.ln2_mean, s.stats);
   f(k.ln2_rstd, s.R);
   const bool dense = kind != BlockKind::moe, moe = kind != BlockKind::dense;
-  f(k.fch, std::max(dense ? s.kept(s.N * s.FI) : 0, moe ? s.MR * s.FIE : 0));
-  f(k.fch_gelu, std::max(dense ? s.kept(s.N * s.F) : 0, moe ? s.MR * s.FE : 0));
+  f(k.fch, std::max(dense ? s.kept(s.N * s.FI) : 0, moe ? s.XR * s.FIE : 0));
+  f(k.fch_gelu, std::max(dense ? s.kept(s.N * s.F) : 0, moe ? s.XR * s.FE : 0));
   f(k.out, out);
   if (moe) {
     f(k.router, s.N * s.E);
     f(k.router_lse, s.N);
     f(k.moe_y, s.MR * s.C);
+    if (s.ep > 1) f(k.moe_xe, s.XR * s.C);
   }
 }
 
@@ -211,8 +229,8 @@ void stage_stash_buffers(StageStash& st, const StageShapes& s, const StageSpec& 
     // one stash per block: an MoE layer's; one reused by every block: a stage's with one
     const int layer = spec.layer_begin + static_cast<int>(l);
     if (blocks == 1 ? any_moe : s.moe(layer)) {
-      f(b.moe_dy, s.MR * s.C);
-      f(b.moe_dfch, s.MR * s.FIE);
+      f(b.moe_dy, s.XR * s.C);
+      f(b.moe_dfch, s.XR * s.FIE);
       f(b.moe_dlogits, s.N * s.E);
     }
     f(b.d_fch, s.N * s.FI);
@@ -244,11 +262,16 @@ struct StageWorkspace {
   FloatBuffer x_work;                    // (R,C) bf16: a block's input, widened
   FloatBuffer gath, part;                // (N,C) sequence parallel: gathered rows, partial sums
   FloatBuffer ce_max, ce_sum, ce_target; // (N) last stage, tp > 1: the vocabulary-parallel loss
-  // MoE layers: the experts' gathered input rows and their gradient, the gradient of their
-  // activation's output, of the routed weights
-  FloatBuffer moe_x, moe_dx; // (MR,C)
-  FloatBuffer moe_dh;        // (MR,FE)
-  FloatBuffer moe_dweight;   // (N,top_k)
+  // MoE layers: this rank's tokens' rows gathered by expert; the gradient of the rows this
+  // rank's experts computed, and of their activation's output; of the routed weights.
+  // Expert parallelism: the experts' outputs before they go back, the gradients of this rank's
+  // tokens' rows of outputs (sent) and of inputs (received)
+  FloatBuffer moe_x;            // (MR,C)
+  FloatBuffer moe_dx;           // (XR,C)
+  FloatBuffer moe_dh;           // (XR,FE)
+  FloatBuffer moe_dweight;      // (N,top_k)
+  FloatBuffer moe_ye;           // (XR,C)
+  FloatBuffer moe_dys, moe_dxs; // (MR,C)
 };
 
 // f(buffer, elements) for every buffer of a stage's workspace. att_scratch: the floats of
@@ -284,9 +307,14 @@ void stage_workspace_buffers(StageWorkspace& w, const StageShapes& s, const Stag
   }
   if (s.any_moe(spec.layer_begin, spec.layer_end)) {
     f(w.moe_x, s.MR * s.C);
-    f(w.moe_dx, s.MR * s.C);
-    f(w.moe_dh, s.MR * s.FE);
+    f(w.moe_dx, s.XR * s.C);
+    f(w.moe_dh, s.XR * s.FE);
     f(w.moe_dweight, s.MR); // N * top_k of them
+    if (s.ep > 1) {
+      f(w.moe_ye, s.XR * s.C);
+      f(w.moe_dys, s.MR * s.C);
+      f(w.moe_dxs, s.MR * s.C);
+    }
   }
 }
 

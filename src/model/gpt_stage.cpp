@@ -25,7 +25,7 @@ std::uint16_t* as_bf16(FloatBuffer& b) { // a kept buffer's packed values
 } // namespace
 
 GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp,
-                   const Backend& backend, Recompute recompute, ActFormat format)
+                   const Backend& backend, Recompute recompute, ActFormat format, EpGroup ep)
     : model_(model), spec_(stage), tp_(tp), be_(backend), mem_{backend.alloc, backend.release},
       B_(micro_batch), T_(model.seq_len), C_(model.d_model), Ct_(model.d_model / tp.size),
       NH_(model.n_head / tp.size), F_(mlp_width(model) / tp.size), V_(model.vocab_size / tp.size),
@@ -33,16 +33,11 @@ GptStage::GptStage(const ModelConfig& model, const StageSpec& stage, int micro_b
       R_(tp.sequence_parallel ? N_ / tp.size : N_), QKV_(qkv_rows(model) / tp.size),
       FI_(model.arch == Arch::llama ? 2 * F_ : F_), NKV_(kv_heads(model) / tp.size),
       HD_(head_dim(model)), sp_(tp.sequence_parallel && tp.size > 1),
-      llama_(model.arch == Arch::llama), layout_(model, stage, tp.rank, tp.size),
+      llama_(model.arch == Arch::llama), layout_(model, stage, tp.rank, tp.size, ep.rank, ep.size),
       params_(layout_.total(), mem_), grads_(layout_.total(), mem_), recompute_(recompute),
-      format_(format) {
+      format_(format), ep_(ep) {
   find_tensors();
-  for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
-    if (is_moe_layer(model_, l)) moe_stats_.layers.push_back(l);
-  }
-  moe_stats_.tokens.assign(moe_stats_.layers.size() * static_cast<std::size_t>(model_.moe_experts),
-                           0.0);
-  moe_stats_.dropped.assign(moe_stats_.layers.size(), 0.0);
+  init_moe();
   const StageShapes s = shapes();
   stage_workspace_buffers(ws_, s, spec_, recompute_, backend.attention_scratch(B_, T_, NH_),
                           Allocate{mem_});
@@ -183,7 +178,8 @@ void GptStage::fold_tied_head_grad() {
 }
 
 StageShapes GptStage::shapes() const {
-  return backend_shapes(model_, B_, tp_.size, tp_.sequence_parallel, format_, be_);
+  return backend_shapes(model_, B_, tp_.size, tp_.sequence_parallel, format_, be_)
+      .with_ep(ep_.size);
 }
 
 BlockView GptStage::view(BlockActivations& kept, bool last) {
@@ -211,6 +207,8 @@ BlockView GptStage::view(BlockActivations& kept, bool last) {
   v.router = at(kept.router, ws_.work.router, full);
   v.router_lse = at(kept.router_lse, ws_.work.router_lse, full);
   v.moe_y = at(kept.moe_y, ws_.work.moe_y, full);
+  v.moe_xe = at(kept.moe_xe, ws_.work.moe_xe, full);
+  v.moe_counts = full ? &ws_.work.moe_counts : &kept.moe_counts;
   if (packed_products_) {
     v.ln1_16 = as_bf16(kept.ln1);
     v.atty16 = as_bf16(kept.atty);

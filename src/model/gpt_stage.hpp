@@ -86,6 +86,19 @@ struct TpGroup {
   bool sequence_parallel = false;
 };
 
+class Alltoaller;
+
+// The expert-parallel group a stage belongs to (parallel.ep; size 1: every expert here): the
+// stage holds experts [rank * E/size, (rank+1) * E/size) of each MoE layer and exchanges its
+// tokens' rows with the group through `exchange` (comm/alltoall.hpp; owned by the trainer), in
+// every forward and backward-input of an MoE layer, so every rank of the group runs the same
+// MoE layers in the same order (dp replicas run one schedule).
+struct EpGroup {
+  int rank = 0;
+  int size = 1;
+  Alltoaller* exchange = nullptr;
+};
+
 class GptStage {
 public:
   // With tp.size > 1 the stage holds its tp rank's shard (docs/tensor-parallel.md): heads
@@ -102,7 +115,7 @@ public:
   // fp32.
   GptStage(const ModelConfig& model, const StageSpec& stage, int micro_batch, TpGroup tp = {},
            const Backend& backend = host_backend(), Recompute recompute = Recompute::none,
-           ActFormat format = ActFormat::fp32);
+           ActFormat format = ActFormat::fp32, EpGroup ep = {});
 
   const ParamLayout& layout() const { return layout_; }
   const StageSpec& spec() const { return spec_; }
@@ -252,14 +265,22 @@ private:
   // into a.out; its backward from dout, the branch's gradient: d_ln2 writes, and the router's and
   // experts' weight gradients accumulate.
   ExpertTensors expert(const BlockTensors& w, int x) const;
-  void moe_route(const BlockView& a);
+  // The routing of the micro-batch at hand from a's probabilities, its tokens' rows gathered into
+  // ws_.moe_x, and the segments of the rows this rank's experts compute; with ep > 1 the counts
+  // of what each rank sends here: exchanged (the forward: exchange) or as the forward kept them.
+  void moe_route(const BlockView& a, bool exchange = false);
+  // ep > 1: this rank's tokens' routed rows (from, MR rows by expert) to the ranks of their
+  // experts (to, XR rows source-major), and (back) the reverse; ep 1: nothing to do
+  void moe_dispatch(const float* from, float* to, bool back);
+  // shared experts' rows between this rank's tokens' order (src) and its experts' (ex)
+  void moe_shared_rows(float* dst, const float* src, bool to_experts) const;
   void moe_forward(int layer, const BlockView& a);
   // with_weights false: the experts' and router's weight gradients are left to
   // moe_backward_weight, from what s keeps
   void moe_backward(int layer, const BlockView& a, const float* dout, float* d_ln2, BlockStash& s,
                     bool with_weights);
   void moe_backward_weight(int layer, const BlockView& a, const BlockStash& s);
-  std::pair<std::size_t, int> expert_rows(int x) const;
+  void init_moe();
   bool moe_layer(int i) const { return is_moe_layer(model_, spec_.layer_begin + i); }
   // x (n) as the activation format stores it: rounded to bfloat16 at bf16, untouched at fp32
   void stored(float* x, std::size_t n) const;
@@ -303,6 +324,20 @@ private:
   // the backward); the statistics forward() adds to when counting (a training forward); the
   // backward's d objective / d a micro-batch's auxiliary loss (tokens * loss_scale)
   moe::Routing routing_;
+  // The products of this rank's experts for the micro-batch at hand: expert x (local routed
+  // 0..E/ep-1, then shared), its first row of the experts' rows and how many
+  struct Segment {
+    int x;
+    std::size_t r0;
+    int n;
+  };
+  std::vector<Segment> segments_;
+  EpGroup ep_;
+  int local_experts_ = 0; // E / ep
+  // ep > 1: rows this rank's tokens send to each rank of the group, and by expert; rows this
+  // rank's experts receive from each; the routed rows its experts compute
+  std::vector<int> sends_, parts_, recvs_;
+  std::size_t routed_in_ = 0;
   MoeStats moe_stats_;
   bool counting_ = false;
   double aux_scale_ = 0.0;

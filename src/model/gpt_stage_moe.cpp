@@ -4,8 +4,15 @@
 // and the gathering run on the host (device.kind = "cuda" is refused with MoE); the products are
 // the backend's. A token's result depends only on its own row, so every layout that gives a
 // stage the same micro-batches computes the same bits.
+// Expert parallelism (parallel.ep): the gathered rows of experts held by other ranks of the group
+// go there by all-to-all and their outputs come back; each expert computes one segment of rows
+// per source rank, the same products as that rank would compute without ep, so the forward and
+// the input gradients keep their bits; an expert's weight gradient adds the group's segments in
+// one buffer, where ep 1 adds each rank's and then sums over dp (rounding differs).
 #include <algorithm>
 #include <cstring>
+
+#include "comm/alltoall.hpp"
 
 #include "model/gpt_stage.hpp"
 
@@ -68,11 +75,21 @@ void scatter_add(const moe::Routing& r, const float* dx, float* d, std::size_t C
 
 } // namespace
 
+void GptStage::init_moe() {
+  for (int l = spec_.layer_begin; l < spec_.layer_end; ++l) {
+    if (is_moe_layer(model_, l)) moe_stats_.layers.push_back(l);
+  }
+  moe_stats_.tokens.assign(moe_stats_.layers.size() * static_cast<std::size_t>(model_.moe_experts),
+                           0.0);
+  moe_stats_.dropped.assign(moe_stats_.layers.size(), 0.0);
+  local_experts_ = model_.moe_experts / ep_.size;
+}
+
 ExpertTensors GptStage::expert(const BlockTensors& w, int x) const {
   const std::size_t C = static_cast<std::size_t>(C_),
                     FE = static_cast<std::size_t>(expert_width(model_)), FIE = llama_ ? 2 * FE : FE;
-  const bool shared = x >= model_.moe_experts;
-  const std::size_t e = static_cast<std::size_t>(shared ? x - model_.moe_experts : x);
+  const bool shared = x >= local_experts_;
+  const std::size_t e = static_cast<std::size_t>(shared ? x - local_experts_ : x);
   float* fc_w = shared ? w.shared_fc_w : w.fc_w;
   float* fc_b = shared ? w.shared_fc_b : w.fc_b;
   float* fcp_w = shared ? w.shared_fcp_w : w.fcp_w;
@@ -81,15 +98,78 @@ ExpertTensors GptStage::expert(const BlockTensors& w, int x) const {
           fcp_b != nullptr ? fcp_b + e * C : nullptr};
 }
 
-void GptStage::moe_route(const BlockView& a) {
-  moe::route(routing_, a.router, N_, model_.moe_experts, model_.moe_top_k,
-             model_.moe_shared_experts, model_.moe_capacity_factor);
+void GptStage::moe_route(const BlockView& a, bool exchange) {
+  const int E = model_.moe_experts, El = local_experts_, p = ep_.size;
+  moe::route(routing_, a.router, N_, E, model_.moe_top_k, model_.moe_shared_experts,
+             model_.moe_capacity_factor);
+  const moe::Routing& r = routing_;
   const std::size_t C = static_cast<std::size_t>(C_);
-  for (int r = 0; r < routing_.rows(); ++r) { // the experts' input rows, gathered
-    std::memcpy(ws_.moe_x.data() + static_cast<std::size_t>(r) * C,
-                a.ln2 + static_cast<std::size_t>(routing_.token[static_cast<std::size_t>(r)]) * C,
+  for (int i = 0; i < r.rows(); ++i) { // this rank's tokens' rows, gathered by expert
+    std::memcpy(ws_.moe_x.data() + static_cast<std::size_t>(i) * C,
+                a.ln2 + static_cast<std::size_t>(r.token[static_cast<std::size_t>(i)]) * C,
                 C * sizeof(float));
   }
+  const auto rows_of = [&r](int x) {
+    return r.start[static_cast<std::size_t>(x) + 1] - r.start[static_cast<std::size_t>(x)];
+  };
+  segments_.clear();
+  std::size_t r0 = 0;
+  if (p == 1) { // the experts compute the gathered rows where they are
+    for (int x = 0; x < E + r.S; ++x) {
+      segments_.push_back({x, r0, rows_of(x)});
+      r0 += static_cast<std::size_t>(rows_of(x));
+    }
+    return;
+  }
+  // rank q of the group holds experts [q El, (q+1) El): its rows are one block of the gathered
+  sends_.assign(static_cast<std::size_t>(p), 0);
+  parts_.resize(static_cast<std::size_t>(E));
+  for (int e = 0; e < E; ++e) {
+    parts_[static_cast<std::size_t>(e)] = rows_of(e);
+    sends_[static_cast<std::size_t>(e / El)] += rows_of(e);
+  }
+  std::vector<int>& counts = *a.moe_counts; // (p, El): rows of expert e from rank q
+  if (exchange) {
+    counts.resize(static_cast<std::size_t>(p * El));
+    ep_.exchange->exchange_counts(parts_.data(), counts.data(), El);
+  }
+  recvs_.assign(static_cast<std::size_t>(p), 0);
+  for (int q = 0; q < p; ++q) { // received source-major: rank q's rows of each expert here
+    for (int e = 0; e < El; ++e) {
+      const int n = counts[static_cast<std::size_t>(q * El + e)];
+      segments_.push_back({e, r0, n});
+      r0 += static_cast<std::size_t>(n);
+      recvs_[static_cast<std::size_t>(q)] += n;
+    }
+  }
+  routed_in_ = r0;
+  for (int s = 0; s < r.S; ++s) { // this rank's tokens' shared experts, after the routed rows
+    segments_.push_back({El + s, r0, rows_of(E + s)});
+    r0 += static_cast<std::size_t>(rows_of(E + s));
+  }
+}
+
+void GptStage::moe_dispatch(const float* from, float* to, bool back) {
+  if (ep_.size == 1) return;
+  std::vector<int> sc(sends_), rc(recvs_);
+  if (back) std::swap(sc, rc);
+  for (int& n : sc) n *= C_;
+  for (int& n : rc) n *= C_;
+  // auto's size class: a balanced block (the same on every rank of the group)
+  const std::size_t balanced = static_cast<std::size_t>(N_) *
+                               static_cast<std::size_t>(model_.moe_top_k * C_) * sizeof(float) /
+                               static_cast<std::size_t>(ep_.size);
+  ep_.exchange->exchange(from, sc.data(), to, rc.data(), balanced);
+}
+
+void GptStage::moe_shared_rows(float* dst, const float* src, bool to_experts) const {
+  if (ep_.size == 1) return;
+  const std::size_t C = static_cast<std::size_t>(C_),
+                    mine = static_cast<std::size_t>(
+                        routing_.start[static_cast<std::size_t>(model_.moe_experts)]),
+                    n = static_cast<std::size_t>(routing_.rows()) - mine;
+  const std::size_t from = to_experts ? mine : routed_in_, at = to_experts ? routed_in_ : mine;
+  std::memcpy(dst + at * C, src + from * C, n * C * sizeof(float));
 }
 
 void GptStage::moe_forward(int layer, const BlockView& a) {
@@ -97,27 +177,33 @@ void GptStage::moe_forward(int layer, const BlockView& a) {
   const int E = model_.moe_experts, FE = expert_width(model_), FIE = llama_ ? 2 * FE : FE;
   be_.matmul_forward(a.router, a.ln2, w.router_w, nullptr, N_, C_, E);
   moe::softmax_rows(a.router, a.router_lse, N_, E);
-  moe_route(a);
+  moe_route(a, true);
   const moe::Routing& r = routing_;
   const std::size_t C = static_cast<std::size_t>(C_);
-  for (int x = 0; x < E + r.S; ++x) {
-    const auto [r0, n] = expert_rows(x);
-    if (n == 0) continue;
-    const ExpertTensors t = expert(w, x);
-    be_.matmul_forward(a.fch + r0 * FIE, ws_.moe_x.data() + r0 * C, t.fc_w, t.fc_b, n, C_, FIE);
+  const bool ep = ep_.size > 1;
+  float* xe = ep ? a.moe_xe : ws_.moe_x.data(); // the rows this rank's experts compute
+  float* ye = ep ? ws_.moe_ye.data() : a.moe_y;
+  moe_dispatch(ws_.moe_x.data(), xe, false);
+  moe_shared_rows(xe, ws_.moe_x.data(), true);
+  for (const Segment& g : segments_) {
+    if (g.n == 0) continue;
+    const ExpertTensors t = expert(w, g.x);
+    be_.matmul_forward(a.fch + g.r0 * FIE, xe + g.r0 * C, t.fc_w, t.fc_b, g.n, C_, FIE);
   }
-  const int rows = r.rows();
+  const int rows =
+      segments_.empty() ? 0 : static_cast<int>(segments_.back().r0) + segments_.back().n;
   if (llama_) {
     be_.swiglu_forward(a.fch_gelu, a.fch, rows, FE, false);
   } else {
     be_.gelu_forward(a.fch_gelu, a.fch, static_cast<std::size_t>(rows) * FE, false);
   }
-  for (int x = 0; x < E + r.S; ++x) {
-    const auto [r0, n] = expert_rows(x);
-    if (n == 0) continue;
-    const ExpertTensors t = expert(w, x);
-    be_.matmul_forward(a.moe_y + r0 * C, a.fch_gelu + r0 * FE, t.fcp_w, t.fcp_b, n, FE, C_);
+  for (const Segment& g : segments_) {
+    if (g.n == 0) continue;
+    const ExpertTensors t = expert(w, g.x);
+    be_.matmul_forward(ye + g.r0 * C, a.fch_gelu + g.r0 * FE, t.fcp_w, t.fcp_b, g.n, FE, C_);
   }
+  moe_dispatch(ye, a.moe_y, true); // the outputs back to their tokens' ranks
+  moe_shared_rows(a.moe_y, ye, false);
   combine(r, a.moe_y, a.out, C);
   if (!counting_) return;
   const std::size_t at = static_cast<std::size_t>(
@@ -132,12 +218,6 @@ void GptStage::moe_forward(int layer, const BlockView& a) {
                     model_.moe_z_loss * moe::z_loss(a.router_lse, N_);
 }
 
-// Expert x's rows of the routing at hand: the first, and how many (0: none)
-std::pair<std::size_t, int> GptStage::expert_rows(int x) const {
-  const std::size_t r0 = static_cast<std::size_t>(routing_.start[static_cast<std::size_t>(x)]);
-  return {r0, routing_.start[static_cast<std::size_t>(x) + 1] - static_cast<int>(r0)};
-}
-
 void GptStage::moe_backward(int layer, const BlockView& a, const float* dout, float* d_ln2,
                             BlockStash& s, bool with_weights) {
   const BlockTensors w = block(weights(), layer);
@@ -146,42 +226,48 @@ void GptStage::moe_backward(int layer, const BlockView& a, const float* dout, fl
   moe_route(a); // the forward's routing again, from the kept probabilities
   const moe::Routing& r = routing_;
   const std::size_t C = static_cast<std::size_t>(C_);
-  float* dy = s.moe_dy.data();
+  const bool ep = ep_.size > 1;
+  const float* xe = ep ? a.moe_xe : ws_.moe_x.data();
+  float* dy = s.moe_dy.data();               // this rank's experts' rows
+  float* dys = ep ? ws_.moe_dys.data() : dy; // this rank's tokens' rows
+  float* dxs = ep ? ws_.moe_dxs.data() : ws_.moe_dx.data();
   float* dweight = ws_.moe_dweight.data();
-  combine_backward(r, dout, a.moe_y, dy, dweight, C);
+  combine_backward(r, dout, a.moe_y, dys, dweight, C);
+  moe_dispatch(dys, dy, false);
+  moe_shared_rows(dy, dys, true);
   // each expert's products: the input gradients, and with_weights the weight gradients too
-  for (int x = 0; x < E + r.S; ++x) {
-    const auto [r0, n] = expert_rows(x);
-    if (n == 0) continue;
-    const ExpertTensors t = expert(w, x), gt = expert(g, x);
-    float* dh = ws_.moe_dh.data() + r0 * FE;
+  for (const Segment& sg : segments_) {
+    if (sg.n == 0) continue;
+    const ExpertTensors t = expert(w, sg.x), gt = expert(g, sg.x);
+    float* dh = ws_.moe_dh.data() + sg.r0 * FE;
     if (with_weights) {
-      be_.matmul_backward(dh, gt.fcp_w, gt.fcp_b, dy + r0 * C, a.fch_gelu + r0 * FE, t.fcp_w, n, FE,
-                          C_);
+      be_.matmul_backward(dh, gt.fcp_w, gt.fcp_b, dy + sg.r0 * C, a.fch_gelu + sg.r0 * FE, t.fcp_w,
+                          sg.n, FE, C_);
     } else {
-      be_.matmul_backward_input(dh, dy + r0 * C, t.fcp_w, n, FE, C_);
+      be_.matmul_backward_input(dh, dy + sg.r0 * C, t.fcp_w, sg.n, FE, C_);
     }
   }
-  const int rows = r.rows();
+  const int rows =
+      segments_.empty() ? 0 : static_cast<int>(segments_.back().r0) + segments_.back().n;
   if (llama_) {
     be_.swiglu_backward(s.moe_dfch.data(), a.fch, ws_.moe_dh.data(), rows, FE, false);
   } else {
     be_.gelu_backward(s.moe_dfch.data(), a.fch, ws_.moe_dh.data(),
                       static_cast<std::size_t>(rows) * FE, false);
   }
-  for (int x = 0; x < E + r.S; ++x) {
-    const auto [r0, n] = expert_rows(x);
-    if (n == 0) continue;
-    const ExpertTensors t = expert(w, x), gt = expert(g, x);
-    float* dx = ws_.moe_dx.data() + r0 * C;
-    const float* dfch = s.moe_dfch.data() + r0 * FIE;
+  for (const Segment& sg : segments_) {
+    if (sg.n == 0) continue;
+    const ExpertTensors t = expert(w, sg.x), gt = expert(g, sg.x);
+    float* dx = ws_.moe_dx.data() + sg.r0 * C;
+    const float* dfch = s.moe_dfch.data() + sg.r0 * FIE;
     if (with_weights) {
-      be_.matmul_backward(dx, gt.fc_w, gt.fc_b, dfch, ws_.moe_x.data() + r0 * C, t.fc_w, n, C_,
-                          FIE);
+      be_.matmul_backward(dx, gt.fc_w, gt.fc_b, dfch, xe + sg.r0 * C, t.fc_w, sg.n, C_, FIE);
     } else {
-      be_.matmul_backward_input(dx, dfch, t.fc_w, n, C_, FIE);
+      be_.matmul_backward_input(dx, dfch, t.fc_w, sg.n, C_, FIE);
     }
   }
+  moe_dispatch(ws_.moe_dx.data(), dxs, true); // the input rows' gradients back to their tokens
+  moe_shared_rows(dxs, ws_.moe_dx.data(), false);
   // the router: its logits' gradient, then its input's (into d_ln2) and its weight's
   moe::router_backward(s.moe_dlogits.data(), r, a.router, a.router_lse, dweight,
                        model_.moe_aux_loss, model_.moe_z_loss, aux_scale_);
@@ -191,7 +277,7 @@ void GptStage::moe_backward(int layer, const BlockView& a, const float* dout, fl
   } else {
     be_.matmul_backward_input(d_ln2, s.moe_dlogits.data(), w.router_w, N_, C_, E);
   }
-  scatter_add(r, ws_.moe_dx.data(), d_ln2, C); // the gathered rows' gradients to their tokens
+  scatter_add(r, dxs, d_ln2, C); // the gathered rows' gradients to their tokens
 }
 
 void GptStage::moe_backward_weight(int layer, const BlockView& a, const BlockStash& s) {
@@ -199,19 +285,18 @@ void GptStage::moe_backward_weight(int layer, const BlockView& a, const BlockSta
   const int E = model_.moe_experts, FE = expert_width(model_), FIE = llama_ ? 2 * FE : FE;
   moe_route(a);
   const std::size_t C = static_cast<std::size_t>(C_);
-  for (int x = 0; x < E + routing_.S; ++x) { // in the order the fused backward adds them
-    const auto [r0, n] = expert_rows(x);
-    if (n == 0) continue;
-    const ExpertTensors gt = expert(g, x);
-    be_.matmul_backward_weight(gt.fcp_w, gt.fcp_b, s.moe_dy.data() + r0 * C, a.fch_gelu + r0 * FE,
-                               n, FE, C_);
+  const float* xe = ep_.size > 1 ? a.moe_xe : ws_.moe_x.data();
+  for (const Segment& sg : segments_) { // in the order the fused backward adds them
+    if (sg.n == 0) continue;
+    const ExpertTensors gt = expert(g, sg.x);
+    be_.matmul_backward_weight(gt.fcp_w, gt.fcp_b, s.moe_dy.data() + sg.r0 * C,
+                               a.fch_gelu + sg.r0 * FE, sg.n, FE, C_);
   }
-  for (int x = 0; x < E + routing_.S; ++x) {
-    const auto [r0, n] = expert_rows(x);
-    if (n == 0) continue;
-    const ExpertTensors gt = expert(g, x);
-    be_.matmul_backward_weight(gt.fc_w, gt.fc_b, s.moe_dfch.data() + r0 * FIE,
-                               ws_.moe_x.data() + r0 * C, n, C_, FIE);
+  for (const Segment& sg : segments_) {
+    if (sg.n == 0) continue;
+    const ExpertTensors gt = expert(g, sg.x);
+    be_.matmul_backward_weight(gt.fc_w, gt.fc_b, s.moe_dfch.data() + sg.r0 * FIE, xe + sg.r0 * C,
+                               sg.n, C_, FIE);
   }
   be_.matmul_backward_weight(g.router_w, nullptr, s.moe_dlogits.data(), a.ln2, N_, C_, E);
 }

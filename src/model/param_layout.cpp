@@ -24,6 +24,11 @@ void ParamLayout::add(const TensorSpec& spec, const ModelConfig& m, int layer) {
   t.part_rows = spec.parts ? spec.parts(m) : std::vector<int>{t.global_shape[0]};
   std::vector<int> shape = t.global_shape;
   if (t.shard_dim >= 0) shape[static_cast<std::size_t>(t.shard_dim)] /= tp_;
+  if (ep_ > 1 && spec.scope == Scope::moe && spec.role != Role::router_w) {
+    t.expert = true;
+    shape[0] /= ep_;
+    t.first_expert = ep_rank_ * shape[0];
+  }
   t.size = 1;
   for (int s : shape) t.size *= static_cast<std::size_t>(s);
   t.shape = std::move(shape);
@@ -37,8 +42,9 @@ void ParamLayout::add(const TensorSpec& spec, const ModelConfig& m, int layer) {
   tensors_.push_back(std::move(t));
 }
 
-ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_rank, int tp)
-    : tp_rank_(tp_rank), tp_(tp) {
+ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_rank, int tp,
+                         int ep_rank, int ep)
+    : tp_rank_(tp_rank), tp_(tp), ep_rank_(ep_rank), ep_(ep) {
   // The tied head uses wte, so the last stage holds wte too (its gradient is reduced with the
   // first stage's when they are different ranks).
   const auto held = [&](Scope s) {
@@ -74,6 +80,10 @@ ParamLayout::ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_ra
 }
 
 std::size_t ParamLayout::global_index(const ParamTensor& t, std::size_t i) const {
+  if (t.expert)
+    return static_cast<std::size_t>(t.first_expert) *
+               (t.size / static_cast<std::size_t>(t.shape[0])) +
+           i;
   if (t.shard_dim < 0) return i;
   const std::size_t cols =
       t.global_shape.size() > 1 ? static_cast<std::size_t>(t.global_shape[1]) : 1;

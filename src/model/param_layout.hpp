@@ -29,6 +29,10 @@ struct ParamTensor {
   // fc: of the gate and of the up projection).
   int shard_dim = -1;
   std::vector<int> part_rows;
+  // Expert parallelism (parallel.ep): a stack of routed experts (E, ...) of which this rank holds
+  // experts [first_expert, first_expert + shape[0]); false: every expert, or not a stack
+  bool expert = false;
+  int first_expert = 0;
 };
 
 // Which part of the model a rank holds: the embedding (first stage), layers [begin, end), and
@@ -43,8 +47,10 @@ struct StageSpec {
 class ParamLayout {
 public:
   // tp_rank of tp: this rank's shard of each tensor (Megatron-style: qkv and fc split by output
-  // rows, the two proj weights by input columns, wte / lm_head by vocabulary rows).
-  ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_rank = 0, int tp = 1);
+  // rows, the two proj weights by input columns, wte / lm_head by vocabulary rows); ep_rank of
+  // ep: its E/ep routed experts of each MoE layer's stacks (experts [ep_rank*E/ep, ...)).
+  ParamLayout(const ModelConfig& m, const StageSpec& stage, int tp_rank = 0, int tp = 1,
+              int ep_rank = 0, int ep = 1);
 
   // Index in the whole (global) tensor of local element i of t.
   std::size_t global_index(const ParamTensor& t, std::size_t i) const;
@@ -63,7 +69,7 @@ public:
 private:
   void add(const TensorSpec& spec, const ModelConfig& m, int layer);
 
-  int tp_rank_ = 0, tp_ = 1;
+  int tp_rank_ = 0, tp_ = 1, ep_rank_ = 0, ep_ = 1;
   std::vector<ParamTensor> tensors_;
   std::size_t total_ = 0;
 };

@@ -51,21 +51,24 @@ void print_op_profile(const Watchdog& watchdog, MPI_Comm world, int steps, bool 
 
 std::vector<ParamSummary> summarize_params(const std::vector<GptStage*>& chunks,
                                            const ParamLayout& whole, const Watchdog& watchdog,
-                                           MPI_Comm tp, MPI_Comm pp) {
+                                           MPI_Comm tp, MPI_Comm pp, MPI_Comm ep) {
+  int ep_rank = 0;
+  if (ep != MPI_COMM_NULL) MPI_Comm_rank(ep, &ep_rank);
   const std::size_t G = whole.tensors().size();
   std::vector<double> sums(2 * G, 0.0);
   std::vector<unsigned long long> digests(G, 0);
   std::vector<float> host; // a device backend's tensor
   for (const auto& c : chunks) {
     for (const auto& tensor : c->layout().tensors()) {
-      if (!c->counts_in_norm(tensor)) continue;
+      // ep: the other ranks of the group add their experts only
+      if (!c->counts_in_norm(tensor) || (ep_rank != 0 && !tensor.expert)) continue;
       const std::size_t g = whole.index_of(tensor);
       const float* w = readable(c->backend(), c->params() + tensor.offset, tensor.size, host);
       unsigned long long h = 1469598103934665603ULL;
       const auto* bytes = reinterpret_cast<const unsigned char*>(w);
       for (std::size_t i = 0; i < tensor.size * sizeof(float); ++i)
         h = (h ^ bytes[i]) * 1099511628211ULL;
-      digests[g] = tensor.shard_dim < 0 ? h : 0; // a shard's bytes are not the tensor's
+      digests[g] = tensor.shard_dim < 0 && !tensor.expert ? h : 0; // a shard's are not the whole's
       double s2 = 0.0, proj = 0.0;
       for (std::size_t i = 0; i < tensor.size; ++i) {
         s2 += static_cast<double>(w[i]) * w[i];
@@ -76,7 +79,8 @@ std::vector<ParamSummary> summarize_params(const std::vector<GptStage*>& chunks,
     }
   }
   const std::string what = "the final parameters' summaries";
-  for (MPI_Comm comm : {tp, pp}) {
+  for (MPI_Comm comm : {tp, pp, ep}) {
+    if (comm == MPI_COMM_NULL) continue;
     watchdog.allreduce(sums.data(), static_cast<int>(2 * G), MPI_DOUBLE, MPI_SUM, comm, what);
     watchdog.allreduce(digests.data(), static_cast<int>(G), MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm,
                        what);

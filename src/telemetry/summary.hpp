@@ -22,10 +22,10 @@ void print_op_profile(const Watchdog& watchdog, MPI_Comm world, int steps, bool 
 // Per tensor of `whole`, in model order: an FNV-1a digest of the exact bytes (layouts that must
 // be bit-identical compare these; 0 for tp shards), the sum of squares, and a random projection
 // sum_i p_i u_i (u_i in [-1, 1] from a hash), which any single changed element moves. Each
-// element is counted once (GptStage::counts_in_norm) and the parts are added over tp and pp.
-// Collective over tp and pp; the result on every rank.
+// element is counted once (GptStage::counts_in_norm) and the parts are added over tp and pp, and
+// the experts' over ep (MPI_COMM_NULL: none). Collective over those; the result on every rank.
 std::vector<ParamSummary> summarize_params(const std::vector<GptStage*>& chunks,
                                            const ParamLayout& whole, const Watchdog& watchdog,
-                                           MPI_Comm tp, MPI_Comm pp);
+                                           MPI_Comm tp, MPI_Comm pp, MPI_Comm ep);
 
 } // namespace pt
