@@ -39,9 +39,7 @@ std::size_t ring_end(std::size_t n, int p, int k) {
 int ring_reduce_scatter(float* buf, std::size_t n, const ReduceComm& c, CountedVector<float>& tmp) {
   const int p = c.size, r = c.rank;
   const int right = (r + 1) % p, left = (r + p - 1) % p;
-  if (tmp.size() < n / static_cast<std::size_t>(p) + 1) {
-    tmp.resize(n / static_cast<std::size_t>(p) + 1);
-  }
+  grow_scratch(tmp, n / static_cast<std::size_t>(p) + 1);
   for (int s = 0; s < p - 1; ++s) {
     const int send_k = r - s, recv_k = r - s - 1;
     const std::size_t sb = ring_begin(n, p, send_k), rb = ring_begin(n, p, recv_k);
@@ -75,7 +73,7 @@ template <class Body>
 void on_power_of_two(float* buf, std::size_t n, const ReduceComm& c, CountedVector<float>& tmp,
                      Body&& body) {
   if (c.size == 1 || n == 0) return;
-  if (tmp.size() < n) tmp.resize(n);
+  grow_scratch(tmp, n);
   int p2 = 1;
   while (p2 * 2 <= c.size) p2 *= 2;
   const int rem = c.size - p2;
@@ -188,7 +186,7 @@ void reduce_scatter_blocks(const float* in, float* out, std::size_t each, const 
                            CountedVector<float>& tmp) {
   const int p = c.size, r = c.rank;
   const auto block = [each](int k) { return static_cast<std::size_t>(k) * each; };
-  if (tmp.size() < block(p)) tmp.resize(block(p));
+  grow_scratch(tmp, block(p));
   std::copy(in + block(r), in + block(r + 1), tmp.begin() + static_cast<std::ptrdiff_t>(block(r)));
   for (int s = 1; s < p; ++s) {
     const int to = (r + s) % p, from = (r + p - s) % p;

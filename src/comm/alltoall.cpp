@@ -181,7 +181,7 @@ void Alltoaller::hierarchical(const float* send, const int* sc, float* recv, con
   }
   const std::vector<int> gs = displacements(each_send.data(), g),
                          rs = displacements(each_recv.data(), g);
-  tmp_.resize(leader ? static_cast<std::size_t>(gs[g]) : 0);
+  grow_scratch(tmp_, leader ? static_cast<std::size_t>(gs[g]) : 0);
   PT_MPI(MPI_Igatherv(send, std::accumulate(sc, sc + p, 0), MPI_FLOAT, tmp_.data(),
                       each_send.data(), gs.data(), MPI_FLOAT, 0, n.local, &req));
   opt_.watchdog->wait(req, opt_.what + ": the blocks to the node's leader");
@@ -202,7 +202,7 @@ void Alltoaller::hierarchical(const float* send, const int* sc, float* recv, con
 void Alltoaller::leaders_exchange(const Gathered& G, const std::vector<int>& rs) {
   const Node& n = *node_;
   const int p = size_, g = n.g, me = rank_ / g;
-  out_.resize(static_cast<std::size_t>(rs[g]));
+  grow_scratch(out_, static_cast<std::size_t>(rs[g]));
   // where local rank j's block from rank q goes in out_: its receives in source rank order
   std::vector<int> place(static_cast<std::size_t>(g * p));
   for (int j = 0; j < g; ++j) {
@@ -222,7 +222,7 @@ void Alltoaller::leaders_exchange(const Gathered& G, const std::vector<int>& rs)
     for (int i = 0; i < g; ++i) {
       for (int j = 0; j < g; ++j) expect += G.got(j, from * g + i);
     }
-    tmp2_.resize(static_cast<std::size_t>(expect));
+    grow_scratch(tmp2_, static_cast<std::size_t>(expect));
     if (s > 0) {
       swap(pack_.data(), static_cast<int>(pack_.size()), to, tmp2_.data(), expect, from, n.leaders,
            "node");

@@ -45,7 +45,8 @@ double buf(double n) {
 StageShapes shapes_of(const RunConfig& cfg, const Backend* be) {
   return backend_shapes(cfg.model, cfg.train.micro_batch, cfg.parallel.tp,
                         cfg.parallel.sequence_parallel, activation_format(cfg.device.precision),
-                        be != nullptr ? *be : host_backend());
+                        be != nullptr ? *be : host_backend())
+      .with_ep(cfg.parallel.ep);
 }
 
 // Floats of attention_backward's scratch: be's; without it the host's, a (T,T) tile per thread
@@ -88,13 +89,21 @@ double workspace_bytes(const RunConfig& cfg, const StageShapes& s, const StageSp
   return bytes + (fused ? stash_bytes(s, spec, 1) : 0.0);
 }
 
-// Floats of scratch the dp all-reduce keeps for a bucket of n floats over p ranks, g per node
-// (comm/allreduce.cpp): the power-of-two algorithms a copy of the bucket, ring one chunk, the
+// Floats of scratch one all-reduce (comm/allreduce.cpp) keeps for buckets of at most n floats
+// over p ranks, g per node: the power-of-two algorithms a copy of the bucket, ring one chunk, the
 // two-level ones a row's chunk (none inside one node's shared window, which MPI allocates).
-// auto's measurement runs every candidate and copies the bucket; it also keeps, while its
-// scratch grows from ring's chunk to the whole bucket, both (up to half a bucket more).
+// auto's measurement runs every candidate: the largest of their scratch, and the two-level
+// groups' own (one per row size); the copy of the bucket it restores from is counted apart (it
+// lives only while it measures).
 double allreduce_scratch(const CommConfig& cc, bool measures, double n, int p, int g) {
-  if (measures) return 2.0 * n + n / p;
+  if (measures) {
+    double extra = 0.0;
+    const int h = two_level_row(AllreduceAlgo::hierarchical, p, g),
+              t = two_level_row(AllreduceAlgo::torus2d, p, 0);
+    if (h > 0 && h < p && g > 1) extra += n / h;
+    if (t > 0 && t < p && t != h) extra += n / t;
+    return n + extra;
+  }
   AllreduceAlgo algo = cc.allreduce.value_or(AllreduceAlgo::rabenseifner);
   if (!cc.allreduce) { // auto by the model alone
     try {
@@ -175,14 +184,16 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
   const std::vector<schedule::ChunkUse> use = schedule::chunk_use(actions, sched.v);
   const Recompute rc = cfg.train.recompute;
   MemoryEstimate e;
-  std::size_t largest_bucket = 0, zero_widest = 0;
+  std::size_t zero_widest = 0;
+  // each chunk's reducers: the dp one, and with ep < dp the experts' over dp / ep ranks
+  std::vector<double> dense_largest, expert_largest;
   // ZeRO-1 with poll (comm/grad_sync.cpp): every bucket's blocks received from the dp ranks
   const bool zero_poll = cfg.parallel.zero == 1 && cfg.comm.overlap == Overlap::poll &&
                          cfg.parallel.dp > 1 && !cfg.parallel.sequence_parallel;
   for (int c = 0; c < sched.v; ++c) {
     const StageSpec spec = stage_spec(plan.layers, sched.stage_of(pp_rank, c));
     const int blocks = spec.layer_end - spec.layer_begin;
-    const ParamLayout layout(m, spec, 0, cfg.parallel.tp);
+    const ParamLayout layout(m, spec, 0, cfg.parallel.tp, 0, cfg.parallel.ep);
     const double P = buf(static_cast<double>(layout.total()));
     e.params += 2 * P + (spec.last && tied(m) ? buf(s.V * s.C) : 0.0);
     if (cfg.parallel.schedule == ScheduleKind::two_bw) e.params += P; // the older version
@@ -190,8 +201,16 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     const double copies = cfg.train.post_validation ? 2.0 : 1.0;
     if (cfg.train.post_validation) e.params += P;
     const auto bucket_floats = static_cast<std::size_t>(cfg.comm.bucket_mb * 262144.0);
-    const std::vector<GradBucket> buckets = make_buckets(layout, bucket_floats);
-    for (const GradBucket& k : buckets) largest_bucket = std::max(largest_bucket, k.count);
+    const std::vector<GradBucket> buckets =
+        make_buckets(layout, bucket_floats, [](const ParamTensor& t) { return !t.expert; });
+    std::size_t mine = 0, experts = 0;
+    for (const GradBucket& k : buckets) mine = std::max(mine, k.count);
+    for (const GradBucket& k :
+         make_buckets(layout, bucket_floats, [](const ParamTensor& t) { return t.expert; })) {
+      experts = std::max(experts, k.count);
+    }
+    dense_largest.push_back(static_cast<double>(mine));
+    expert_largest.push_back(static_cast<double>(experts));
     if (cfg.parallel.zero == 1) { // optim/zero_adamw.hpp: this rank's blocks of every padded bucket
       const auto dp = static_cast<std::size_t>(cfg.parallel.dp);
       std::size_t shard = 0;
@@ -220,12 +239,21 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
   // reduce-scatter's padded bucket and scratch; else the dp all-reduce's scratch
   e.comm += (zero_poll ? 1.0 : 3.0) * sizeof(float) * static_cast<double>(zero_widest);
   const bool gpu = cfg.device.kind == DeviceKind::cuda;
+  const bool measures = !cfg.comm.allreduce && cfg.comm.autotune && !cfg.runtime.deterministic;
+  double floats = 0.0, saved = 0.0; // every reducer's scratch; auto's copy of a bucket
+  const auto add = [&](const std::vector<double>& largest, int p, int g) {
+    for (const double n : largest) {
+      floats += allreduce_scratch(cfg.comm, measures, n, p, g);
+      if (measures) saved = std::max(saved, n);
+    }
+  };
   if (cfg.parallel.zero == 0 && cfg.parallel.dp > 1 && cfg.comm.overlap != Overlap::poll && !gpu) {
-    const bool measures = !cfg.comm.allreduce && cfg.comm.autotune && !cfg.runtime.deterministic;
-    e.comm =
-        sizeof(float) * allreduce_scratch(cfg.comm, measures, static_cast<double>(largest_bucket),
-                                          cfg.parallel.dp, dp_node_size);
+    add(dense_largest, cfg.parallel.dp, dp_node_size);
+    e.comm = 0.0;
   }
+  const int edp = cfg.parallel.dp / cfg.parallel.ep; // the experts' reducers: overlap none
+  if (cfg.parallel.ep > 1 && edp > 1) add(expert_largest, edp, 1);
+  e.comm += sizeof(float) * (floats + saved);
   return e;
 }
 

@@ -52,4 +52,12 @@ template <class T> struct Allocator {
 namespace pt {
 // A std::vector whose memory counts in memory_count (scratch, staging copies).
 template <class T> using CountedVector = std::vector<T, memory_count::Allocator<T>>;
+
+// Scratch of at least n elements, grown to exactly n: std::vector's own growth may double the
+// capacity and hold up to twice the largest request, which the memory model does not count. The
+// contents are not kept when it grows.
+template <class T> void grow_scratch(CountedVector<T>& v, std::size_t n) {
+  if (v.capacity() < n) v = CountedVector<T>(); // freed first: never both at once
+  if (v.size() < n) v.resize(n);
+}
 } // namespace pt

@@ -6,6 +6,7 @@
 Scenarios (each exits 0 on success, prints what it compared):
   (a layout is PP,DP,TP or PP,DP,TP,ZERO: parallel.zero = 1 with a fourth field of 1; a suffix
   :SCHEDULE picks the schedule, e.g. 2,1,1:zb-v, with virtual_stages 2 for the V-shaped ones;
+  a suffix /EP sets parallel.ep, e.g. 1,2,1/2@mixtral;
   a suffix +PRECISION sets device.precision, e.g. 2,1,1+bf16; a suffix @llama trains llama with
   grouped-query attention, 2 key/value heads; @moe a GPT-2 mixture of experts (4 experts, top 2,
   an MoE layer every second block, one shared expert, capacity factor 1); @mixtral llama with 4
@@ -57,14 +58,15 @@ HANG_S = 60  # runtime.hang_timeout_s of every run
 
 
 def layout_args(lay):
-    """PP,DP,TP[,ZERO][:SCHEDULE][+PRECISION][@llama|@moe|@mixtral] -> rank count and
+    """PP,DP,TP[,ZERO][:SCHEDULE][/EP][+PRECISION][@llama|@moe|@mixtral] -> rank count and
     overrides."""
     lay, _, arch = lay.partition("@")
     lay, _, precision = lay.partition("+")
+    lay, _, ep = lay.partition("/")
     lay, _, sched = lay.partition(":")
     pp, dp, tp, *zero = (int(x) for x in lay.split(","))
     args = [f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.tp={tp}",
-            f"parallel.zero={zero[0] if zero else 0}"]
+            f"parallel.zero={zero[0] if zero else 0}", f"parallel.ep={ep or 1}"]
     if sched:
         v = 2 if sched in ("zb-v", "dualpipev") else 1
         args += [f'parallel.schedule="{sched}"', f"parallel.virtual_stages={v}"]
