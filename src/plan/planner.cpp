@@ -91,6 +91,7 @@ std::vector<std::string> Candidate::overrides() const {
   std::vector<std::string> o = {"parallel.pp=" + std::to_string(pp),
                                 "parallel.dp=" + std::to_string(dp),
                                 "parallel.tp=" + std::to_string(tp),
+                                "parallel.ep=" + std::to_string(ep),
                                 "parallel.virtual_stages=" + std::to_string(v),
                                 "parallel.schedule=\"" + schedule + "\"",
                                 "train.micro_batch=" + std::to_string(micro_batch),
@@ -114,7 +115,10 @@ double allreduce_s(double bytes, int n, double bw, double latency) {
 // at the machine's sustained rate, backward twice that (plus the forward again under full
 // recompute, the attention core under selective), tensor-parallel all-reduces inside each
 // action, one pipeline message per F and B; the schedule simulated with these per-rank costs;
-// then the data-parallel reduction of the largest rank's gradients, not overlapped.
+// then the data-parallel reduction of the largest rank's gradients, not overlapped (expert
+// parallelism: the experts' over dp / ep ranks, the rest over dp). An MoE layer's all-to-alls
+// (two in the forward, two in the backward, two more under full recompute) move each rank's
+// routed rows, balanced, pairwise over the ep group.
 void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Candidate& c) {
   const ModelConfig& m = cfg.model;
   const double B = cfg.train.micro_batch, T = m.seq_len, C = m.d_model, V = m.vocab_size;
@@ -131,11 +135,15 @@ void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Can
   const bool pp_in_node = c.pp * c.dp * c.tp <= mc.ranks_per_node;
   const double msg = (pp_in_node ? mc.intra_latency : mc.inter_latency) +
                      act_bytes / (c.sp ? tp : 1.0) / (pp_in_node ? mc.intra_bw : mc.inter_bw);
+  const bool ep_in_node = c.ep * c.tp <= mc.ranks_per_node;
+  const double a2a_block = 4.0 * B * T * m.moe_top_k * C / c.ep;
+  const double a2a = (c.ep - 1) * ((ep_in_node ? mc.intra_latency : mc.inter_latency) +
+                                   a2a_block / (ep_in_node ? mc.intra_bw : mc.inter_bw));
   const schedule::Schedule& s = plan.schedule;
   std::vector<schedule::Costs> costs(static_cast<std::size_t>(c.pp));
-  double heaviest_params = 0.0;
+  double heaviest_params = 0.0, heaviest_experts = 0.0;
   for (int r = 0; r < c.pp; ++r) {
-    double f = 0.0, extra = 0.0, ar = 0.0, params = 0.0;
+    double f = 0.0, extra = 0.0, ar = 0.0, params = 0.0, experts = 0.0;
     for (int ch = 0; ch < s.v; ++ch) {
       const StageSpec spec = stage_spec(plan.layers, s.stage_of(r, ch));
       const int L = spec.layer_end - spec.layer_begin;
@@ -143,9 +151,17 @@ void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Can
       extra +=
           c.recompute == "full" ? L * layer_f : (c.recompute == "selective" ? L * attn_core : 0);
       ar += (2.0 * L + (spec.first ? 1 : 0)) * tp_ar; // per direction, per micro-batch
-      params += static_cast<double>(ParamLayout(m, spec, 0, c.tp).total());
+      int moe_layers = 0;
+      for (int l = spec.layer_begin; l < spec.layer_end; ++l) moe_layers += is_moe_layer(m, l);
+      ar += 2.0 * moe_layers * a2a; // the exchanges: per direction, as the all-reduces
+      extra += c.recompute == "full" ? 2.0 * moe_layers * a2a * rate : 0.0;
+      const ParamLayout layout(m, spec, 0, c.tp, 0, c.ep);
+      for (const ParamTensor& t : layout.tensors()) {
+        (t.expert ? experts : params) += static_cast<double>(t.size);
+      }
     }
     heaviest_params = std::max(heaviest_params, params);
+    heaviest_experts = std::max(heaviest_experts, experts);
     // the simulator's actions are per chunk: a chunk's share of the rank's work, and a message
     const double per_chunk = 1.0 / s.v;
     costs[static_cast<std::size_t>(r)] = schedule::Costs{
@@ -160,6 +176,8 @@ void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Can
   const bool dp_in_node = c.dp * c.tp <= mc.ranks_per_node;
   const double dp_s =
       allreduce_s(4.0 * heaviest_params, c.dp, dp_in_node ? mc.intra_bw : mc.inter_bw,
+                  dp_in_node ? mc.intra_latency : mc.inter_latency) +
+      allreduce_s(4.0 * heaviest_experts, c.dp / c.ep, dp_in_node ? mc.intra_bw : mc.inter_bw,
                   dp_in_node ? mc.intra_latency : mc.inter_latency);
   c.step_time_s = pipeline + dp_s;
   c.bubble = schedule::step_bubble(sim);
@@ -179,6 +197,16 @@ std::vector<int> divisors(int n) {
     if (n % k == 0) d.push_back(k);
   }
   return d;
+}
+
+// The expert-parallel degrees of an MoE model on dp ranks: divisors of dp and of the experts
+// (a dense model: 1).
+std::vector<int> expert_degrees(const ModelConfig& m, int dp) {
+  std::vector<int> out;
+  for (int ep : divisors(dp)) {
+    if (ep == 1 || (m.moe_experts > 0 && m.moe_experts % ep == 0)) out.push_back(ep);
+  }
+  return out;
 }
 
 // Those that fit first, then by predicted step time and memory.
@@ -205,7 +233,7 @@ bool evaluate(const std::string& deck_text, const std::string& deck_path,
   } catch (const Error&) {
     return false; // not a valid layout of this model and batch
   }
-  c.pp = cfg.parallel.pp, c.dp = cfg.parallel.dp, c.tp = cfg.parallel.tp;
+  c.pp = cfg.parallel.pp, c.dp = cfg.parallel.dp, c.tp = cfg.parallel.tp, c.ep = cfg.parallel.ep;
   if (c.tp > mc.ranks_per_node) return false;
   Plan plan;
   // partition = "time" profiles on the real machine; here its FLOPs stand in
@@ -248,6 +276,7 @@ std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::str
   std::vector<std::string> one = {"parallel.pp=1",
                                   "parallel.dp=1",
                                   "parallel.tp=1",
+                                  "parallel.ep=1",
                                   "parallel.virtual_stages=1",
                                   "parallel.schedule=\"1f1b\"",
                                   "parallel.zero=0",
@@ -280,12 +309,14 @@ std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::str
               for (int sp : fixed.count("parallel.sequence_parallel")
                                 ? std::vector<int>{fixed["parallel.sequence_parallel"] == "true"}
                                 : (tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0})) {
-                Candidate c;
-                c.pp = pp, c.dp = dp, c.tp = tp, c.schedule = sched, c.recompute = rc;
-                c.micro_batch = std::stoi(mb), c.zero = zero, c.sp = sp == 1;
-                c.v = schedule::default_chunks(sched);
-                if (evaluate(deck_text, deck_path, overrides, fixed, ranks, mc, m, c)) {
-                  out.push_back(c);
+                for (int ep : pick_int("parallel.ep", expert_degrees(m, dp))) {
+                  Candidate c;
+                  c.pp = pp, c.dp = dp, c.tp = tp, c.ep = ep, c.schedule = sched;
+                  c.recompute = rc, c.micro_batch = std::stoi(mb), c.zero = zero, c.sp = sp == 1;
+                  c.v = schedule::default_chunks(sched);
+                  if (evaluate(deck_text, deck_path, overrides, fixed, ranks, mc, m, c)) {
+                    out.push_back(c);
+                  }
                 }
               }
             }
@@ -336,14 +367,14 @@ void print_table(const std::vector<Candidate>& c, std::size_t top, const Machine
                 ranks, mc.ranks_per_node, mc.name.c_str(), mc.peak_flops / 1e12,
                 100 * mc.efficiency, mc.memory_bytes / 1073741824.0);
   }
-  std::printf("%4s %4s %4s %4s %3s %2s %-10s %3s %-9s %4s %3s %9s %11s %8s %6s %7s %9s %4s\n",
-              "rank", "pp", "dp", "tp", "thr", "v", "schedule", "mb", "recompute", "zero", "sp",
-              "step s", "tokens/s", "TFLOP/s", "MFU", "bubble", "GiB/rank", "fits");
+  std::printf("%4s %4s %4s %4s %3s %3s %2s %-10s %3s %-9s %4s %3s %9s %11s %8s %6s %7s %9s %4s\n",
+              "rank", "pp", "dp", "tp", "ep", "thr", "v", "schedule", "mb", "recompute", "zero",
+              "sp", "step s", "tokens/s", "TFLOP/s", "MFU", "bubble", "GiB/rank", "fits");
   for (std::size_t i = 0; i < c.size() && i < top; ++i) {
     const Candidate& k = c[i];
-    std::printf("%4zu %4d %4d %4d %3d %2d %-10s %3d %-9s %4d %3s %9.3f %11.0f %8.1f %5.1f%% "
+    std::printf("%4zu %4d %4d %4d %3d %3d %2d %-10s %3d %-9s %4d %3s %9.3f %11.0f %8.1f %5.1f%% "
                 "%6.1f%% %9.2f %4s\n",
-                i + 1, k.pp, k.dp, k.tp, std::max(1, k.threads), k.v, k.schedule.c_str(),
+                i + 1, k.pp, k.dp, k.tp, k.ep, std::max(1, k.threads), k.v, k.schedule.c_str(),
                 k.micro_batch, k.recompute.c_str(), k.zero, k.sp ? "on" : "off", k.step_time_s,
                 k.tokens_per_s, k.tflops_per_rank, 100 * k.mfu, 100 * k.bubble,
                 k.mem_bytes_per_rank / 1073741824.0, k.fits ? "yes" : "no");
@@ -362,16 +393,17 @@ void print_json(const std::vector<Candidate>& c, std::size_t top) {
   std::printf("[\n");
   for (std::size_t i = 0; i < c.size() && i < top; ++i) {
     const Candidate& k = c[i];
-    std::printf("  {\"pp\": %d, \"dp\": %d, \"tp\": %d, \"threads\": %d, \"virtual_stages\": %d, "
+    std::printf("  {\"pp\": %d, \"dp\": %d, \"tp\": %d, \"ep\": %d, \"threads\": %d, "
+                "\"virtual_stages\": %d, "
                 "\"schedule\": "
                 "\"%s\", \"micro_batch\": %d, \"recompute\": \"%s\", \"zero\": %d, "
                 "\"sequence_parallel\": %s, \"step_time_s\": %.6g, \"tokens_per_s\": %.6g, "
                 "\"tflops_per_rank\": %.6g, \"mfu\": %.6g, \"bubble\": %.6g, "
                 "\"mem_bytes_per_rank\": %.0f, \"fits\": %s}%s\n",
-                k.pp, k.dp, k.tp, std::max(1, k.threads), k.v, k.schedule.c_str(), k.micro_batch,
-                k.recompute.c_str(), k.zero, k.sp ? "true" : "false", k.step_time_s, k.tokens_per_s,
-                k.tflops_per_rank, k.mfu, k.bubble, k.mem_bytes_per_rank, k.fits ? "true" : "false",
-                i + 1 < std::min(top, c.size()) ? "," : "");
+                k.pp, k.dp, k.tp, k.ep, std::max(1, k.threads), k.v, k.schedule.c_str(),
+                k.micro_batch, k.recompute.c_str(), k.zero, k.sp ? "true" : "false", k.step_time_s,
+                k.tokens_per_s, k.tflops_per_rank, k.mfu, k.bubble, k.mem_bytes_per_rank,
+                k.fits ? "true" : "false", i + 1 < std::min(top, c.size()) ? "," : "");
   }
   std::printf("]\n");
 }

@@ -36,6 +36,7 @@ Machine read_machine(const std::string& path);
 
 struct Candidate {
   int pp = 1, dp = 1, tp = 1, v = 1, micro_batch = 1, zero = 0;
+  int ep = 1;      // parallel.ep: experts over blocks of ep dp ranks (MoE models)
   int threads = 0; // device.threads, where the planner chose it (--cores-per-node); else 0
   std::string schedule, recompute;
   bool sp = false;

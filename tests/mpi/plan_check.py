@@ -14,7 +14,8 @@
   appears, with 48 / threads ranks each, and the best overrides name device.threads; a fixed
   device.threads keeps only that count; dp 2 at 12 threads a rank is predicted faster than at one
   thread by the machine.thread_speedup set for 12 (all but the all-reduce); a bad thread_speedup
-  is refused with exit 2."""
+  is refused with exit 2;
+- mixtral-tiny on 8 ranks: ep 1, 2, 4, 8 layouts, ep 8 lighter and slower than ep 1."""
 import json
 import os
 import subprocess
@@ -125,4 +126,23 @@ refused = plan("--nodes", "1", "--cores-per-node", "24", "--machine", f.name)
 if refused.returncode != 2 or "thread_speedup" not in refused.stderr:
     bad.append(f"a thread_speedup not starting at 1 gave exit {refused.returncode}")
 os.unlink(f.name)
+# expert parallelism: mixtral-tiny (8 experts) on 8 ranks ranks ep 1, 2, 4 and 8 layouts, each
+# ep dividing dp and the experts; on one layout ep shards the experts (less memory a rank) and
+# adds the all-to-alls (more time than ep 1 on this tiny model)
+moe = json.loads(subprocess.run([exe, "plan", os.path.join(root, "inputs", "mixtral-tiny.toml"),
+                                 "parallel.pp=1", "--ranks", "8", "--machine", a100, "--json",
+                                 "--top", "1000"], capture_output=True, text=True).stdout or "[]")
+eps = sorted({r["ep"] for r in moe})
+print(f"mixtral-tiny on 8 ranks: {len(moe)} layouts, ep {eps}")
+if eps != [1, 2, 4, 8] or any(r["dp"] % r["ep"] or 8 % r["ep"] for r in moe):
+    bad.append(f"mixtral-tiny: ep degrees {eps}, or an ep not dividing dp and the experts")
+same = {}
+for r in moe:
+    if r["schedule"] == "1f1b" and r["micro_batch"] == 1 and r["recompute"] == "none":
+        same[r["ep"]] = r
+if 1 not in same or 8 not in same:
+    bad.append("mixtral-tiny: no ep 1 / ep 8 row of the same layout")
+elif not (same[8]["mem_bytes_per_rank"] < same[1]["mem_bytes_per_rank"]
+          and same[8]["step_time_s"] > same[1]["step_time_s"]):
+    bad.append("mixtral-tiny: ep 8 is not lighter and slower than ep 1 on the same layout")
 sys.exit("FAIL: " + "; ".join(bad) if bad else print("PASS"))
