@@ -92,10 +92,12 @@ void Alltoaller::exchange_counts(const int* send_counts, int* recv_counts, int p
             std::to_string(send_counts[i]) + " floats to rank " + std::to_string(i / per));
     }
   }
+  const double t0 = wall_time();
   MPI_Request req;
   PT_MPI(MPI_Ialltoall(send_counts, per, MPI_INT, recv_counts, per, MPI_INT, comm_, &req));
   opt_.watchdog->count_collective();
   opt_.watchdog->wait(req, opt_.what + "'s counts");
+  seconds_ += wall_time() - t0;
 }
 
 // Receives `count` floats from rank `from` of comm into buf (req: its request), after probing
@@ -292,11 +294,13 @@ void Alltoaller::exchange(const float* send, const int* sc, float* recv, const i
   const std::size_t cls =
       std::size_t{1} << static_cast<int>(
           std::ceil(std::log2(static_cast<double>(std::max<std::size_t>(class_bytes, 1)))));
+  const double t0 = wall_time();
   if (!opt_.algo && opt_.autotune && measured_.count(cls) == 0) {
-    measured_[cls] = measure(send, sc, recv, rc, cls);
-    return; // each candidate delivered the same blocks
+    measured_[cls] = measure(send, sc, recv, rc, cls); // each candidate delivers the same blocks
+  } else {
+    run(algorithm_for(cls), send, sc, recv, rc);
   }
-  run(algorithm_for(cls), send, sc, recv, rc);
+  seconds_ += wall_time() - t0;
 }
 
 } // namespace pt

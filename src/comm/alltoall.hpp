@@ -23,6 +23,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/topology.hpp"
@@ -72,6 +73,8 @@ public:
   // exchange() has seen the class, else the model's choice.
   AlltoallAlgo algorithm_for(std::size_t class_bytes) const;
   int size() const { return size_; }
+  // Seconds spent in exchange_counts() and exchange() since the last call (this rank's)
+  double take_seconds() { return std::exchange(seconds_, 0.0); }
 
 private:
   struct Node;     // hierarchical's node and leader communicators
@@ -97,6 +100,7 @@ private:
   // blocks and its ranks' receives
   CountedVector<float> tmp_, tmp2_, pack_, out_;
   std::map<std::size_t, AlltoallAlgo> measured_; // by size class (a power of two of bytes)
+  double seconds_ = 0.0;
 };
 
 } // namespace pt

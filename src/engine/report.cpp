@@ -193,12 +193,13 @@ void Trainer::report_step(int step, const StepResult& s, RunTotals& totals) {
   sm.reduced = step_logs(cfg, step, totals.first_step);
   if (sm.reduced) { // metrics over ranks only on the steps that log
     std::tie(sm.bubble, sm.bubble_predicted) = bubble_of(s.times, step);
-    double comm_t[3] = {s.comm.exposed_s, s.comm.busy_s, s.norm_wait_s};
-    watchdog_.allreduce(comm_t, 3, MPI_DOUBLE, MPI_MAX, layout_.world(),
+    double comm_t[4] = {s.comm.exposed_s, s.comm.busy_s, s.norm_wait_s, s.moe.alltoall_s};
+    watchdog_.allreduce(comm_t, 4, MPI_DOUBLE, MPI_MAX, layout_.world(),
                         "the step's communication metrics");
     sm.comm_exposed_s = comm_t[0];
     sm.comm_s = comm_t[1];
     sm.norm_wait_s = comm_t[2];
+    if (layout_.ep() > 1) sm.alltoall_s = sm.alltoall_exposed_s = comm_t[3];
     memory_metrics(layout_, watchdog_, plan_, sm);
     stage_metrics(layout_, watchdog_, s.times, sm);
   } else if (trace_.on(step) && step + 1 == trace_.first()) {

@@ -34,6 +34,7 @@ const Backend& open_backend(const RunConfig& cfg, MPI_Comm world);
 // layer the routed slots dropped and (layer x experts) the slots each expert was chosen for.
 struct MoeStepStats {
   double aux_loss = 0.0;
+  double alltoall_s = 0.0; // this rank's time in the expert all-to-all (parallel.ep > 1)
   std::vector<double> dropped;
   std::vector<double> tokens;
 };

@@ -206,6 +206,7 @@ StepResult Trainer::step(int step, const Sampler& sampler, bool drain, int* stop
   r.grad_norm = agreed.grad_norm;
   r.stop = agreed.stop;
   r.moe = agreed.moe;
+  if (ep_exchange_) r.moe.alltoall_s = ep_exchange_->take_seconds();
   if (test_hooks().check_tp_replicas) check_replicated_grads(step);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     if (early) {

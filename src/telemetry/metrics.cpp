@@ -58,6 +58,10 @@ void MetricsLog::step(const StepMetrics& m, bool print) {
     }
     std::fprintf(file_, "]");
   }
+  if (m.reduced && m.alltoall_s >= 0.0) {
+    std::fprintf(file_, ", \"alltoall_s\": %.6f, \"alltoall_exposed_s\": %.6f", m.alltoall_s,
+                 m.alltoall_exposed_s);
+  }
   if (!m.reduced) {
     std::fprintf(file_, "}\n");
   } else {

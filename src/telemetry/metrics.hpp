@@ -46,6 +46,9 @@ struct StepMetrics {
   double dropped = 0.0;
   double imbalance = 0.0;
   std::vector<double> expert_tokens; // (MoE layers x experts)
+  // parallel.ep > 1, on the steps that log (max over ranks): the time the expert all-to-alls took
+  // and the part of it the ranks waited for (all of it: they are not overlapped yet); else -1
+  double alltoall_s = -1.0, alltoall_exposed_s = -1.0;
 };
 
 struct ParamSummary {

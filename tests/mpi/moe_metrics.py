@@ -7,7 +7,9 @@ Every step record of RUN has aux_loss > 0; expert_tokens holds MOE_LAYERS lists 
 counts, each summing to TOKENS_PER_STEP * TOP_K (every routed slot counted once, before the
 capacity); moe_dropped is at least what the counts force past the capacity and at most all
 slots; moe_imbalance is the worst layer's largest count over its mean. OTHER, a run of another
-layout from the same weights, routed its first step exactly as RUN did. Prints PASS.
+layout from the same weights, routed its first step exactly as RUN did. RUN (ep 1) reports no
+all-to-all time; OTHER (parallel.ep > 1) reports alltoall_s > 0 on the steps that log, its
+exposed part at most that. Prints PASS.
 """
 import json
 import sys
@@ -43,6 +45,12 @@ def main():
             run[0]["moe_dropped"] != other[0]["moe_dropped"]:
         sys.exit(f"FAIL: the first step routed differently: {run[0]['expert_tokens']} vs "
                  f"{other[0]['expert_tokens']}")
+    if any("alltoall_s" in r for r in run):
+        sys.exit("FAIL: an ep 1 run reports all-to-all time")
+    logged = [r for r in other if "bubble" in r]
+    if not logged or any(not 0 < r.get("alltoall_s", 0) or
+                         not 0 <= r["alltoall_exposed_s"] <= r["alltoall_s"] for r in logged):
+        sys.exit("FAIL: the ep run's logged steps lack a positive alltoall_s / exposed part")
     print(f"{len(run)} steps: routing adds up; first step's counts {run[0]['expert_tokens']}, "
           f"dropped {run[0]['moe_dropped']}, aux_loss {run[0]['aux_loss']:.4e}")
     print("PASS")
