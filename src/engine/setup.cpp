@@ -109,6 +109,20 @@ std::unique_ptr<Alltoaller> make_ep_exchange(const RunConfig& cfg, const Layout&
   return std::make_unique<Alltoaller>(layout.ep_comm(), opt);
 }
 
+// Expert parallelism with ep < dp: the chunk's experts' gradients summed over the
+// expert-data-parallel group (its ranks one each ep apart in dp: one rank a node to the model)
+// at the end of the step.
+void make_expert_sync(const Layout& layout, Chunk& c, AllreduceOptions opt,
+                      std::size_t bucket_floats) {
+  opt.node_size = 1;
+  opt.what = "the experts' gradient all-reduce (expert-data-parallel group)";
+  c.set_expert_reducer(
+      std::make_unique<GradSync>(c.stage().grads(),
+                                 make_buckets(c.stage().layout(), bucket_floats,
+                                              [](const ParamTensor& t) { return t.expert; }),
+                                 layout.expert_dp_comm(), Overlap::none, opt, c.stage().backend()));
+}
+
 // ZeRO-1: each chunk's reducer reduce-scatters the optimizer's buckets into its shard.
 void make_zero_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chunk>& chunks,
                      Overlap overlap, const AllreduceOptions& opt) {
@@ -167,16 +181,8 @@ void make_grad_syncs(const RunConfig& cfg, const Layout& layout, std::vector<Chu
   // expert parallelism: the experts' shards over the expert-data-parallel group, the rest over dp
   const auto dense = [](const ParamTensor& t) { return !t.expert; };
   for (Chunk& c : chunks) {
-    if (layout.ep() > 1 && layout.ep() < layout.dp()) {
-      AllreduceOptions eo = opt;
-      eo.node_size = 1;
-      eo.what = "the experts' gradient all-reduce (expert-data-parallel group)";
-      c.set_expert_reducer(std::make_unique<GradSync>(
-          c.stage().grads(),
-          make_buckets(c.stage().layout(), bucket_floats,
-                       [](const ParamTensor& t) { return t.expert; }),
-          layout.expert_dp_comm(), Overlap::none, eo, c.stage().backend()));
-    }
+    if (layout.ep() > 1 && layout.ep() < layout.dp())
+      make_expert_sync(layout, c, opt, bucket_floats);
     std::vector<GradBucket> b = make_buckets(c.stage().layout(), bucket_floats, dense);
     buckets += b.size();
     for (const GradBucket& k : b) largest = std::max(largest, k.count);

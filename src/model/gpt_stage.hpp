@@ -151,6 +151,7 @@ public:
     return owns(t) && (t.shard_dim >= 0 || tp_.rank == 0);
   }
   const TpGroup& tp() const { return tp_; }
+  int ep_rank() const { return ep_.rank; }
   // Sequence parallelism: the norms' gradients are sums over this rank's rows only; sums them
   // over the tp group (after the step's last backward). Without it, nothing to do.
   void sum_sequence_parallel_grads();

@@ -131,6 +131,28 @@ double allreduce_scratch(const CommConfig& cc, bool measures, double n, int p, i
   return n;
 }
 
+// Bytes of the all-reduces' scratch of the chunks (the largest bucket of each chunk's reducer: the
+// dp one, and with ep < dp the experts' over dp / ep ranks): each reducer's own, and auto's copy
+// of the bucket it measures (one at a time).
+double reducers_scratch(const RunConfig& cfg, const std::vector<double>& dense_largest,
+                        const std::vector<double>& expert_largest, int dp_node_size) {
+  const bool measures = !cfg.comm.allreduce && cfg.comm.autotune && !cfg.runtime.deterministic;
+  double floats = 0.0, saved = 0.0;
+  const auto add = [&](const std::vector<double>& largest, int p, int g) {
+    for (const double n : largest) {
+      floats += allreduce_scratch(cfg.comm, measures, n, p, g);
+      if (measures) saved = std::max(saved, n);
+    }
+  };
+  if (cfg.parallel.zero == 0 && cfg.parallel.dp > 1 && cfg.comm.overlap != Overlap::poll &&
+      cfg.device.kind != DeviceKind::cuda) {
+    add(dense_largest, cfg.parallel.dp, dp_node_size);
+  }
+  const int edp = cfg.parallel.dp / cfg.parallel.ep; // the experts' reducers: overlap none
+  if (cfg.parallel.ep > 1 && edp > 1) add(expert_largest, edp, 1);
+  return sizeof(float) * (floats + saved);
+}
+
 // Bytes of the engine's message buffers on pipeline rank pp_rank: those of every list a step
 // may run (schedule::message_buffers, the engine's list; 2bw: its eight step lists). Host memory;
 // on a GPU (MPI staging, untested here) only the device copy of each received gradient.
@@ -238,22 +260,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
   // ZeRO-1: the optimizer's padded bucket for the all-gather and, without poll, the
   // reduce-scatter's padded bucket and scratch; else the dp all-reduce's scratch
   e.comm += (zero_poll ? 1.0 : 3.0) * sizeof(float) * static_cast<double>(zero_widest);
-  const bool gpu = cfg.device.kind == DeviceKind::cuda;
-  const bool measures = !cfg.comm.allreduce && cfg.comm.autotune && !cfg.runtime.deterministic;
-  double floats = 0.0, saved = 0.0; // every reducer's scratch; auto's copy of a bucket
-  const auto add = [&](const std::vector<double>& largest, int p, int g) {
-    for (const double n : largest) {
-      floats += allreduce_scratch(cfg.comm, measures, n, p, g);
-      if (measures) saved = std::max(saved, n);
-    }
-  };
-  if (cfg.parallel.zero == 0 && cfg.parallel.dp > 1 && cfg.comm.overlap != Overlap::poll && !gpu) {
-    add(dense_largest, cfg.parallel.dp, dp_node_size);
-    e.comm = 0.0;
-  }
-  const int edp = cfg.parallel.dp / cfg.parallel.ep; // the experts' reducers: overlap none
-  if (cfg.parallel.ep > 1 && edp > 1) add(expert_largest, edp, 1);
-  e.comm += sizeof(float) * (floats + saved);
+  e.comm += reducers_scratch(cfg, dense_largest, expert_largest, dp_node_size);
   return e;
 }
 

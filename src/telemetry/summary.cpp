@@ -52,8 +52,6 @@ void print_op_profile(const Watchdog& watchdog, MPI_Comm world, int steps, bool 
 std::vector<ParamSummary> summarize_params(const std::vector<GptStage*>& chunks,
                                            const ParamLayout& whole, const Watchdog& watchdog,
                                            MPI_Comm tp, MPI_Comm pp, MPI_Comm ep) {
-  int ep_rank = 0;
-  if (ep != MPI_COMM_NULL) MPI_Comm_rank(ep, &ep_rank);
   const std::size_t G = whole.tensors().size();
   std::vector<double> sums(2 * G, 0.0);
   std::vector<unsigned long long> digests(G, 0);
@@ -61,7 +59,7 @@ std::vector<ParamSummary> summarize_params(const std::vector<GptStage*>& chunks,
   for (const auto& c : chunks) {
     for (const auto& tensor : c->layout().tensors()) {
       // ep: the other ranks of the group add their experts only
-      if (!c->counts_in_norm(tensor) || (ep_rank != 0 && !tensor.expert)) continue;
+      if (!c->counts_in_norm(tensor) || (c->ep_rank() != 0 && !tensor.expert)) continue;
       const std::size_t g = whole.index_of(tensor);
       const float* w = readable(c->backend(), c->params() + tensor.offset, tensor.size, host);
       unsigned long long h = 1469598103934665603ULL;
