@@ -275,6 +275,7 @@ private:
   void moe_dispatch(const float* from, float* to, bool back);
   // shared experts' rows between this rank's tokens' order (src) and its experts' (ex)
   void moe_shared_rows(float* dst, const float* src, bool to_experts) const;
+  int expert_rows() const; // the rows this rank's experts compute (the segments' end)
   void moe_forward(int layer, const BlockView& a);
   // with_weights false: the experts' and router's weight gradients are left to
   // moe_backward_weight, from what s keeps

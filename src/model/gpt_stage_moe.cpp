@@ -13,8 +13,8 @@
 #include <cstring>
 
 #include "comm/alltoall.hpp"
-
 #include "model/gpt_stage.hpp"
+#include "util/errors.hpp"
 
 namespace pt {
 namespace {
@@ -132,6 +132,14 @@ void GptStage::moe_route(const BlockView& a, bool exchange) {
   if (exchange) {
     counts.resize(static_cast<std::size_t>(p * El));
     ep_.exchange->exchange_counts(parts_.data(), counts.data(), El);
+    long in = 0; // the buffers hold every routed slot of the group's micro-batches at most
+    for (const int n : counts) in += n;
+    if (in > static_cast<long>(p) * N_ * model_.moe_top_k) {
+      fatal("the expert-parallel group announced " + std::to_string(in) + " rows for this rank's " +
+            "experts, more than its " + std::to_string(p) +
+            " micro-batches route: the ranks "
+            "disagree on the model or the batch");
+    }
   }
   recvs_.assign(static_cast<std::size_t>(p), 0);
   for (int q = 0; q < p; ++q) { // received source-major: rank q's rows of each expert here
@@ -147,6 +155,10 @@ void GptStage::moe_route(const BlockView& a, bool exchange) {
     segments_.push_back({El + s, r0, rows_of(E + s)});
     r0 += static_cast<std::size_t>(rows_of(E + s));
   }
+}
+
+int GptStage::expert_rows() const {
+  return segments_.empty() ? 0 : static_cast<int>(segments_.back().r0) + segments_.back().n;
 }
 
 void GptStage::moe_dispatch(const float* from, float* to, bool back) {
@@ -190,8 +202,7 @@ void GptStage::moe_forward(int layer, const BlockView& a) {
     const ExpertTensors t = expert(w, g.x);
     be_.matmul_forward(a.fch + g.r0 * FIE, xe + g.r0 * C, t.fc_w, t.fc_b, g.n, C_, FIE);
   }
-  const int rows =
-      segments_.empty() ? 0 : static_cast<int>(segments_.back().r0) + segments_.back().n;
+  const int rows = expert_rows();
   if (llama_) {
     be_.swiglu_forward(a.fch_gelu, a.fch, rows, FE, false);
   } else {
@@ -247,8 +258,7 @@ void GptStage::moe_backward(int layer, const BlockView& a, const float* dout, fl
       be_.matmul_backward_input(dh, dy + sg.r0 * C, t.fcp_w, sg.n, FE, C_);
     }
   }
-  const int rows =
-      segments_.empty() ? 0 : static_cast<int>(segments_.back().r0) + segments_.back().n;
+  const int rows = expert_rows();
   if (llama_) {
     be_.swiglu_backward(s.moe_dfch.data(), a.fch, ws_.moe_dh.data(), rows, FE, false);
   } else {
