@@ -25,16 +25,21 @@ std::vector<Local> locals(Shards& s, const ParamTensor& whole) {
     const ParamTensor* t = lay.find(whole.role, whole.layer);
     if (t == nullptr) continue;
     out.push_back({s.stages[c], s.opts[c], t, static_cast<std::size_t>(t - lay.tensors().data()),
-                   s.older != nullptr ? (*s.older)[c].data() : nullptr});
+                   s.older != nullptr ? (*s.older)[c].data() : nullptr, c, s.snapshot});
   }
   return out;
 }
 
 std::vector<Slice> slices(const Local& l, int sec) {
-  if (sec == 0) return {Slice{0, l.t->size, l.stage->params() + l.t->offset}};
-  if (sec == 3) return {Slice{0, l.t->size, l.older + l.t->offset}};
+  Snapshot* snap = l.snapshot;
+  if (sec == 0 || sec == 3) {
+    float* base = snap == nullptr ? (sec == 0 ? l.stage->params() : l.older)
+                                  : (sec == 0 ? snap->params : snap->older)[l.chunk].data();
+    return {Slice{0, l.t->size, base + l.t->offset}};
+  }
   std::vector<Slice> out;
-  for (const Optimizer::Run& r : l.opt->runs(l.index)) {
+  for (const Optimizer::Run& r :
+       snap == nullptr ? l.opt->runs(l.index) : snap->runs[l.chunk][l.index]) {
     out.push_back({r.begin, r.size, sec == 1 ? r.m : r.v});
   }
   return out;

@@ -26,8 +26,10 @@ struct Local {
   GptStage* stage;
   Optimizer* opt;
   const ParamTensor* t;
-  std::size_t index; // t's index in the chunk's layout
-  float* older;      // 2bw's older weights of the chunk, or null
+  std::size_t index;  // t's index in the chunk's layout
+  float* older;       // 2bw's older weights of the chunk, or null
+  std::size_t chunk;  // the chunk's index in the shards
+  Snapshot* snapshot; // the copy to write instead of the live buffers, or null
 };
 
 std::vector<Local> locals(Shards& s, const ParamTensor& whole);
@@ -41,7 +43,8 @@ struct Slice {
 };
 
 // The slices of l in section sec: the whole tensor for the weights (sections 0 and 3), the
-// optimizer's runs for its moments (1 and 2: the whole tensor, or ZeRO-1's pieces).
+// optimizer's runs for its moments (1 and 2: the whole tensor, or ZeRO-1's pieces); from the
+// snapshot where l has one (host memory).
 std::vector<Slice> slices(const Local& l, int sec);
 
 // Whether this rank writes (and checks) section sec of tensor k from l: the owning stage, each tp

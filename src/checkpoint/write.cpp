@@ -38,7 +38,7 @@ namespace fs = std::filesystem;
 // Writes every tensor of every section (each element once, see writes()) and then each
 // dataset's checksum attribute: the slices' sums, added over all ranks. False on a failure.
 bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
-                   const Watchdog& watchdog, Shards& shards, int step) {
+                   MPI_Comm comm, const Watchdog& watchdog, Shards& shards, int step) {
   bool ok = true;
   const ParamLayout whole = whole_layout(cfg.model);
   const std::size_t T = whole.tensors().size();
@@ -77,7 +77,9 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
           select_slice(fspace.get(), l, piece, layout);
           hsize_t n = piece.size;
           H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
-          const float* buf = readable(l.stage->backend(), piece.data, piece.size, staged);
+          const float* buf = l.snapshot != nullptr
+                                 ? piece.data // host memory
+                                 : readable(l.stage->backend(), piece.data, piece.size, staged);
           sums[static_cast<std::size_t>(sec) * T + k] +=
               slice_checksum(l.stage->layout(), *l.t, buf, piece.begin, piece.size);
           ok &= H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, buf) >= 0;
@@ -96,7 +98,7 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
     }
   }
   watchdog.allreduce(sums.data(), static_cast<int>(sums.size()), MPI_UNSIGNED_LONG_LONG, MPI_SUM,
-                     layout.world(), "the checkpoint's checksums (write)");
+                     comm, "the checkpoint's checksums (write)");
   io.now("the checkpoint write's collective checksum attributes");
   for (std::size_t i = 0; i < sets.size(); ++i) {
     ok &= write_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, &sums[i], 1);
@@ -130,7 +132,8 @@ bool write_metadata(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const
                               cfg.resolved_text.c_str()) >= 0;
   }
   H5 optim(H5Gopen2(f, "/optim", H5P_DEFAULT), H5Gclose);
-  const int adam_step = shards.opts.front()->updates();
+  const int adam_step =
+      shards.snapshot != nullptr ? shards.snapshot->updates : shards.opts.front()->updates();
   const double lr = state.lr, eps = cfg.train.eps, wd = cfg.train.weight_decay;
   const double betas[2] = {cfg.train.beta1, cfg.train.beta2};
   ok &= write_attr(optim.get(), "adam_step", H5T_NATIVE_INT, &adam_step, 1);
@@ -193,9 +196,46 @@ std::optional<Error> publish(const fs::path& dir, const std::string& partial,
 
 } // namespace
 
+void take_snapshot(const Shards& shards, Snapshot& s) {
+  const std::size_t chunks = shards.stages.size();
+  s.params.resize(chunks);
+  s.moments.resize(chunks);
+  s.runs.assign(chunks, {});
+  s.older.resize(shards.older != nullptr ? chunks : 0);
+  s.updates = shards.opts.front()->updates();
+  for (std::size_t c = 0; c < chunks; ++c) {
+    GptStage& st = *shards.stages[c];
+    const Backend& be = st.backend();
+    grow_scratch(s.params[c], st.num_params());
+    to_host(be, s.params[c].data(), st.params(), st.num_params());
+    if (shards.older != nullptr) {
+      grow_scratch(s.older[c], st.num_params());
+      to_host(be, s.older[c].data(), (*shards.older)[c].data(), st.num_params());
+    }
+    const std::size_t tensors = st.layout().tensors().size();
+    std::vector<std::vector<Optimizer::Run>> live(tensors);
+    std::size_t floats = 0;
+    for (std::size_t i = 0; i < tensors; ++i) {
+      live[i] = shards.opts[c]->runs(i);
+      for (const Optimizer::Run& r : live[i]) floats += 2 * r.size;
+    }
+    grow_scratch(s.moments[c], floats);
+    float* at = s.moments[c].data();
+    s.runs[c].resize(tensors);
+    for (std::size_t i = 0; i < tensors; ++i) {
+      for (const Optimizer::Run& r : live[i]) {
+        to_host(be, at, r.m, r.size);
+        to_host(be, at + r.size, r.v, r.size);
+        s.runs[c][i].push_back({r.begin, r.size, at, at + r.size});
+        at += 2 * r.size;
+      }
+    }
+  }
+}
+
 std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const Watchdog& watchdog,
                              Shards shards, const std::vector<int>& partition,
-                             const TrainState& state) {
+                             const TrainState& state, MPI_Comm comm) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); // our messages, not HDF5's error stacks
   const bool root = layout.rank() == 0;
   const fs::path dir = cfg.checkpoint.dir;
@@ -210,7 +250,7 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const W
                   "checkpoint.dir '" + dir.string() + "' cannot be created: " + ec.message());
     }
   }
-  watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
+  watchdog.agree(comm, err, "the checkpoint write's agreement");
   bool ok = true;
   // test-only (util/test_hooks.hpp): the last rank stalls, the others wait in the collective open
   if (test_hooks().stall_in_checkpoint == state.step && layout.rank() == layout.size() - 1) {
@@ -220,15 +260,15 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const W
     H5 file;
     {
       const Watchdog::Scope io(watchdog, "the collective MPI-IO open of '" + partial + "'");
-      file = open_file(partial, layout.world(), true);
+      file = open_file(partial, comm, true);
     }
     if (!file.ok()) err = Error(ExitCode::other, "cannot create checkpoint '" + partial + "'");
-    watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
+    watchdog.agree(comm, err, "the checkpoint write's agreement");
     H5 lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
     H5Pset_create_intermediate_group(lcpl.get(), 1);
     H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
-    ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, watchdog, shards,
+    ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, comm, watchdog, shards,
                         state.step);
     Watchdog::Scope io(watchdog, "the checkpoint write's collective metadata of '" + partial + "'");
     ok &= write_metadata(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, partition, state);
@@ -237,9 +277,9 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const W
     file = H5();
   }
   if (!ok) err = Error(ExitCode::other, "writing checkpoint '" + partial + "' failed");
-  watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
+  watchdog.agree(comm, err, "the checkpoint write's agreement");
   if (root) err = publish(dir, partial, final_path, state.step, cfg.checkpoint.keep);
-  watchdog.agree(layout.world(), err, "the checkpoint write's agreement");
+  watchdog.agree(comm, err, "the checkpoint write's agreement");
   return final_path;
 }
 

@@ -1,5 +1,5 @@
-// A group's size and this rank's place in it, and the thread level MPI gave: the questions about
-// a communicator that code outside comm/ asks (it makes no MPI call of its own).
+// A group's size and this rank's place in it, the thread level MPI gave, and a duplicate of a
+// communicator: what code outside comm/ asks of one (it makes no MPI call of its own).
 #pragma once
 
 #include <mpi.h>
@@ -25,6 +25,21 @@ inline int thread_level() {
   int provided = MPI_THREAD_SINGLE;
   PT_MPI(MPI_Query_thread(&provided));
   return provided;
+}
+
+// A duplicate of comm (collective over it), for a thread of its own; free_comm frees one unless
+// MPI has finalized.
+inline MPI_Comm duplicate(MPI_Comm comm) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  PT_MPI(MPI_Comm_dup(comm, &dup));
+  return dup;
+}
+
+inline void free_comm(MPI_Comm& comm) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  comm = MPI_COMM_NULL;
 }
 
 } // namespace pt

@@ -420,6 +420,10 @@ std::vector<DeckKey> make_table() {
            {"where step_NNNNNNNN.h5 files and `latest` are written"}),
       integer("checkpoint", "every", &RC::checkpoint, &K::every, 0, kBig,
               {"steps between checkpoints; 0 = only at the end (and when stopped early)"}),
+      boolean("checkpoint", "async", &RC::checkpoint, &K::async,
+              {"true: at a checkpoint step each rank copies its state to host memory and a "
+               "writer thread saves the copy while training goes on (the same file; one save in "
+               "flight: the next one, a stop or the end waits for it; docs/checkpoints.md)"}),
       integer("checkpoint", "keep", &RC::checkpoint, &K::keep, 1, 1 << 20,
               {"the newest checkpoints kept; older ones are removed after a new one is "
                "published"}),

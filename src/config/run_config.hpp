@@ -115,8 +115,10 @@ struct DataConfig {
 struct CheckpointConfig {
   bool enabled = false; // a [checkpoint] section (or a checkpoint.* override) is present
   std::string dir = "checkpoints";
-  int every = 0;               // steps between checkpoints; 0: only at the end (and on stops)
-  int keep = 3;                // newest checkpoints kept
+  int every = 0; // steps between checkpoints; 0: only at the end (and on stops)
+  int keep = 3;  // newest checkpoints kept
+  // a host copy of the state at the checkpoint step, written by a thread while training goes on
+  bool async = false;
   std::string resume = "auto"; // auto | none | <file>
   std::string init_from;       // a Hugging Face directory: the starting weights when not resuming
   bool operator==(const CheckpointConfig&) const = default;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "checkpoint/async_writer.hpp"
 #include "comm/alltoall.hpp"
 #include "comm/group_reducer.hpp"
 #include "comm/watchdog.hpp"
@@ -134,8 +135,10 @@ private:
   std::unique_ptr<GroupReducer> embedding_reduce_; // tied embedding across the first/last stage
   std::unique_ptr<Alltoaller> ep_exchange_;        // ep > 1: the expert token exchange, the chunks'
   std::vector<Chunk> chunks_;                      // chunk c: plan.schedule.stage_of(pp rank, c)
-  ParamLayout whole_;                              // every tensor of the model, in model order
-  std::unique_ptr<StepPolicy> policy_;             // synchronous or 2bw, from the schedule kind
+  // checkpoint.async: the writer (after chunks_, so that it finishes before they go)
+  std::unique_ptr<AsyncWriter> async_writer_;
+  ParamLayout whole_;                  // every tensor of the model, in model order
+  std::unique_ptr<StepPolicy> policy_; // synchronous or 2bw, from the schedule kind
   std::unique_ptr<PipelineEngine> engine_;
   Trace trace_;              // log.trace
   double peak_flops_ = 0.0;  // every rank's measured GEMM rate, summed

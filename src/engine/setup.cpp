@@ -294,6 +294,9 @@ Trainer::Trainer(const RunConfig& cfg, const Layout& layout, const Plan& plan)
       nccl_p2p_ ? make_nccl_links(plan.schedule, layout)
                 : std::vector<std::unique_ptr<cuda::NcclLink>>{});
   make_grad_syncs(cfg, layout, chunks_, watchdog_, nccl_);
+  if (cfg.checkpoint.enabled && cfg.checkpoint.async) {
+    async_writer_ = std::make_unique<AsyncWriter>(layout, cfg.runtime.hang_timeout_s);
+  }
   std::vector<GradSync*> syncs;
   for (const Chunk& c : chunks_) syncs.push_back(c.reducer());
   engine_->set_grad_sync(syncs);

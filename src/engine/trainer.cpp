@@ -67,9 +67,13 @@ struct Trainer::Checkpoints {
     state.tokens_seen =
         static_cast<long long>(steps_done) * t.cfg_.train.global_batch * t.cfg_.model.seq_len;
     state.lr = lr;
+    if (t.async_writer_) { // written in the background: wait() reports it
+      t.async_writer_->start(t.cfg_, shards, t.plan_.layers, state);
+      return;
+    }
     const double t0 = wall_time();
-    const std::string path =
-        write_checkpoint(t.cfg_, t.layout_, t.watchdog_, shards, t.plan_.layers, state);
+    const std::string path = write_checkpoint(t.cfg_, t.layout_, t.watchdog_, shards,
+                                              t.plan_.layers, state, t.layout_.world());
     if (t.layout_.rank() == 0) {
       std::printf("checkpoint %s written in %.2f s\n", path.c_str(), wall_time() - t0);
       std::fflush(stdout);
@@ -182,6 +186,7 @@ TrainResult Trainer::train() {
       break;
     }
   }
+  if (async_writer_) async_writer_->wait(); // the last save
   report_end(totals);
   if (cfg.log.trace)
     trace_.write(cfg.log.dir + "/trace.json", watchdog_, layout.world(), layout.coords().pp);

@@ -131,6 +131,20 @@ double allreduce_scratch(const CommConfig& cc, bool measures, double n, int p, i
   return n;
 }
 
+// checkpoint.async's host copy of a chunk (checkpoint/checkpoint.hpp, Snapshot): its parameters,
+// the moments of the elements its optimizer holds (every tensor's, or ZeRO-1's `shard`), and
+// 2bw's older weights.
+double snapshot_bytes(const RunConfig& cfg, const ParamLayout& layout, std::size_t shard) {
+  if (!cfg.checkpoint.enabled || !cfg.checkpoint.async) return 0.0;
+  double held = static_cast<double>(shard);
+  if (cfg.parallel.zero == 0) {
+    held = 0.0;
+    for (const ParamTensor& t : layout.tensors()) held += static_cast<double>(t.size);
+  }
+  const double older = cfg.parallel.schedule == ScheduleKind::two_bw ? 1.0 : 0.0;
+  return sizeof(float) * ((1.0 + older) * static_cast<double>(layout.total()) + 2.0 * held);
+}
+
 // Bytes of the all-reduces' scratch of the chunks (the largest bucket of each chunk's reducer: the
 // dp one, and with ep < dp the experts' over dp / ep ranks): each reducer's own, and auto's copy
 // of the bucket it measures (one at a time).
@@ -233,9 +247,9 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     }
     dense_largest.push_back(static_cast<double>(mine));
     expert_largest.push_back(static_cast<double>(experts));
+    std::size_t shard = 0;        // ZeRO-1's elements of the chunk on this rank
     if (cfg.parallel.zero == 1) { // optim/zero_adamw.hpp: this rank's blocks of every padded bucket
       const auto dp = static_cast<std::size_t>(cfg.parallel.dp);
-      std::size_t shard = 0;
       for (const GradBucket& k : buckets) {
         shard += (k.count + dp - 1) / dp;
         zero_widest = std::max(zero_widest, (k.count + dp - 1) / dp * dp);
@@ -247,6 +261,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     } else {
       e.optimizer += copies * 2 * P;
     }
+    e.snapshot += snapshot_bytes(cfg, layout, shard);
     const schedule::ChunkUse& u = use[static_cast<std::size_t>(c)];
     const bool split = u.split, fused = u.whole;
     const int peak = u.peak_live;
@@ -308,6 +323,32 @@ double memory_limit(const RunConfig& cfg, MPI_Comm world, std::string& source) {
   return kUsable * node / on_node;
 }
 
+namespace {
+
+// What to change so that estimate e fits in `limit` bytes: its largest part.
+std::string fit_hint(const RunConfig& cfg, const MemoryEstimate& e, double limit) {
+  std::ostringstream msg;
+  if (e.snapshot > 0.0 && e.total() - e.snapshot <= limit) {
+    msg << "set checkpoint.async = false: the host copy of the state a save writes is what does "
+           "not fit";
+    return msg.str();
+  }
+  const double state = e.params + e.optimizer;
+  if (state >= e.activations) {
+    msg << "split the model over more ranks: its parameters, gradients and optimizer state "
+           "alone need "
+        << std::fixed << std::setprecision(0) << std::ceil(state / limit)
+        << " times this rank's share, so a parallel.pp or parallel.tp that many times larger";
+  } else {
+    msg << "cut the activations: "
+        << (cfg.train.recompute != Recompute::full ? "train.recompute = \"full\", " : "")
+        << "a smaller train.micro_batch, or a larger parallel.pp or parallel.tp";
+  }
+  return msg.str();
+}
+
+} // namespace
+
 void check_fit(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
   const MemoryEstimate& e = plan.memory[static_cast<std::size_t>(layout.coords().pp)];
   std::optional<Error> err;
@@ -319,20 +360,10 @@ void check_fit(const RunConfig& cfg, const Layout& layout, const Plan& plan) {
         << " needs about " << e.total() / gib << " GiB per rank (parameters and gradients "
         << e.params / gib << ", optimizer state " << e.optimizer / gib << ", activations "
         << e.activations / gib << " for " << e.slots << " live micro-batch(es), pipeline buffers "
-        << e.messages / gib << ", workspace " << (e.workspace + e.comm) / gib
-        << " GiB), and a rank has " << plan.memory_limit / gib << " GiB (" << plan.memory_source
-        << ").\n---> HINT: to fit, ";
-    const double state = e.params + e.optimizer;
-    if (state >= e.activations) {
-      msg << "split the model over more ranks: its parameters, gradients and optimizer state "
-             "alone need "
-          << std::setprecision(0) << std::ceil(state / plan.memory_limit)
-          << " times this rank's share, so a parallel.pp or parallel.tp that many times larger";
-    } else {
-      msg << "cut the activations: "
-          << (cfg.train.recompute != Recompute::full ? "train.recompute = \"full\", " : "")
-          << "a smaller train.micro_batch, or a larger parallel.pp or parallel.tp";
-    }
+        << e.messages / gib << ", workspace " << (e.workspace + e.comm) / gib;
+    if (e.snapshot > 0.0) msg << ", checkpoint.async's copy of the state " << e.snapshot / gib;
+    msg << " GiB), and a rank has " << plan.memory_limit / gib << " GiB (" << plan.memory_source
+        << ").\n---> HINT: to fit, " << fit_hint(cfg, e, plan.memory_limit);
     msg << "; docs/memory.md";
     err = input_error(msg.str());
   }

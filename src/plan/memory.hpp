@@ -27,7 +27,10 @@ struct MemoryEstimate {
   double messages = 0.0;  // pipeline receive and send buffers
   double workspace = 0.0; // backward scratch, recompute's working set
   double comm = 0.0;      // dp reduction scratch (ZeRO-1: the shard gradients, 2 buckets)
-  double total() const { return params + optimizer + activations + messages + workspace + comm; }
+  double snapshot = 0.0;  // checkpoint.async: the host copy of the state a save writes
+  double total() const {
+    return params + optimizer + activations + messages + workspace + comm + snapshot;
+  }
 };
 
 // The estimate for pipeline rank pp_rank (every tp and dp rank of it allocates the same), its dp

@@ -71,6 +71,11 @@ void print_memory(const RunConfig& cfg, const Plan& plan) {
                 e.params / mib, e.optimizer / mib, e.activations / mib, e.slots, e.per_slot / mib,
                 e.messages / mib, (e.workspace + e.comm) / mib, e.total() / mib);
   }
+  if (!plan.memory.empty() && plan.memory.front().snapshot > 0.0) {
+    std::printf("  checkpoint.async: the total holds the host copy of the state a save writes, "
+                "%.2f MiB on pp rank 0\n",
+                plan.memory.front().snapshot / mib);
+  }
   std::printf("  limit per rank (rank 0's): %.0f MiB (%s)\n", plan.memory_limit / mib,
               plan.memory_source.c_str());
 }

@@ -13,6 +13,10 @@ Scenarios (each exits 0 on success, prints what it compared):
   experts, top 2, in every block)
   bitexact PP,DP,TP     10 steps straight == 5 steps, stop (exit_after_steps), resume 5: identical
                         losses and parameter bytes
+  async PP,DP,TP        checkpoint.async = true, every 5 steps: the losses are the synchronous run's,
+                        the step 5 and step 10 files hold the synchronous run's datasets byte for
+                        byte (and their checksums); 5 steps, stop, resume 5, all asynchronous:
+                        identical losses and parameter bytes
   reshard FROM TO       a step-5 checkpoint written by layout FROM continues on layout TO; losses
                         and parameters within 1e-5 of the uninterrupted FROM run
   damage KIND           truncate | flip | delete | schema | shape | heap_loop: the damaged
@@ -21,8 +25,9 @@ Scenarios (each exits 0 on success, prints what it compared):
                         cycle, on which HDF5 1.10 allocates without end)
   fallback              latest is damaged: resume = "auto" warns, resumes from the older one, and
                         the losses match the straight run
-  kill                  kill -9 of a rank while step 10's checkpoint is written: the .partial file
-                        stays, latest still names step 5, resume = "auto" continues bit-exactly
+  kill [async]          kill -9 of a rank while step 10's checkpoint is written (async: by the
+                        writer thread of checkpoint.async): the .partial file stays, latest still
+                        names step 5, resume = "auto" continues bit-exactly
   stall                 a rank stalls before a checkpoint's collective open: the other rank's
                         watchdog names the MPI-IO open and the job exits 5
   sigterm               SIGTERM to the ranks mid-run: exit 0 with a checkpoint; resuming it gives
@@ -141,6 +146,38 @@ def bitexact(r, lay):
     r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
 
 
+def same_datasets(a, b):
+    """Every dataset of checkpoint files a and b: the same shape, bytes and checksum."""
+    import h5py
+    import numpy as np
+    names = []
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        fa.visit(lambda n: names.append(n) if isinstance(fa[n], h5py.Dataset) else None)
+        for n in names:
+            if n == "config":  # the resolved deck: checkpoint.async differs
+                continue
+            if n not in fb:
+                sys.exit(f"FAIL: {b} lacks {n}")
+            x, y = np.asarray(fa[n]), np.asarray(fb[n])
+            if x.shape != y.shape or x.tobytes() != y.tobytes() or \
+                    fa[n].attrs.get("checksum") != fb[n].attrs.get("checksum"):
+                sys.exit(f"FAIL: dataset {n} differs between {a} and {b}")
+    print(f"{os.path.basename(a)}: {len(names)} datasets byte-identical")
+
+
+def async_save(r, lay):
+    r.run(lay, "straight", "checkpoint.every=5", ckpt="a")
+    out = r.run(lay, "async", "checkpoint.every=5", "checkpoint.async=true", ckpt="b")
+    expect_in(out, "(asynchronously: training stalled")
+    r.compare(0, r.metrics("straight"), r.metrics("async"))
+    for step in ("00000005", "00000010"):
+        same_datasets(f"{r.work}/a/step_{step}.h5", f"{r.work}/b/step_{step}.h5")
+    r.run(lay, "part1", "runtime.exit_after_steps=5", "checkpoint.async=true", ckpt="c")
+    out = r.run(lay, "part2", "checkpoint.async=true", ckpt="c")
+    expect_in(out, "resumed from")
+    r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
+
+
 def reshard(r, src, dst):
     r.run(src, "straight")
     r.run(src, "part1", "runtime.exit_after_steps=5", ckpt="b")
@@ -214,9 +251,10 @@ def fallback(r):
     r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
 
 
-def kill(r):
+def kill(r, mode=None):
+    extra = ["checkpoint.async=true"] if mode == "async" else []
     r.run("2,1,1", "straight")
-    r.run("2,1,1", "part1", "checkpoint.every=5", ckpt="b", expect=None,
+    r.run("2,1,1", "part1", "checkpoint.every=5", *extra, ckpt="b", expect=None,
           env={"PIPETRAIN_TEST_KILL_IN_CHECKPOINT": "10"})
     names = sorted(os.listdir(f"{r.work}/b"))
     print("after the kill:", names)
@@ -225,7 +263,7 @@ def kill(r):
     with open(f"{r.work}/b/latest") as f:
         if f.read().strip() != "step_00000005.h5":
             sys.exit("FAIL: latest must still name step 5")
-    out = r.run("2,1,1", "part2", ckpt="b")
+    out = r.run("2,1,1", "part2", *extra, ckpt="b")
     expect_in(out, "resumed from " + f"{r.work}/b/step_00000005.h5")
     # part1 logged steps 1..10 before dying; its steps 6..10 are replaced by part2's
     r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
@@ -351,7 +389,8 @@ def main():
     r = Runner(a)
     {"bitexact": lambda: bitexact(r, a.args[0]), "reshard": lambda: reshard(r, a.args[0], a.args[1]),
      "damage": lambda: damage(r, a.args[0]), "fallback": lambda: fallback(r),
-     "kill": lambda: kill(r), "stall": lambda: stall(r),
+     "kill": lambda: kill(r, *a.args), "stall": lambda: stall(r),
+     "async": lambda: async_save(r, a.args[0]),
      "sigterm": lambda: sigterm(r),
      "other_model": lambda: other_model(r), "other_data": lambda: other_data(r),
      "nothing_left": lambda: nothing_left(r), "fresh_start": lambda: fresh_start(r)}[a.scenario]()
