@@ -35,13 +35,13 @@ double AsyncWriter::start(const RunConfig& cfg, Shards shards, const std::vector
   copy_s_ = wall_time() - t0;
   shards.snapshot = &snapshot_;
   started_ = wall_time();
-  step_ = state.step;
   thread_ = std::thread([this, &cfg, shards, &partition, state] {
     try {
       path_ = write_checkpoint(cfg, layout_, watchdog_, shards, partition, state, comm_);
     } catch (...) {
       error_ = std::current_exception();
     }
+    write_s_ = wall_time() - started_;
   });
   return copy_s_;
 }
@@ -54,7 +54,7 @@ void AsyncWriter::wait() {
   if (layout_.rank() == 0) {
     std::printf("checkpoint %s written in %.2f s (asynchronously: training stalled %.2f s for the "
                 "copy, and %.2f s waiting for the write)\n",
-                path_.c_str(), wall_time() - started_, copy_s_, wall_time() - t0);
+                path_.c_str(), write_s_, copy_s_, wall_time() - t0);
     std::fflush(stdout);
   }
 }

@@ -45,8 +45,7 @@ private:
   std::thread thread_;
   std::exception_ptr error_;
   std::string path_;
-  int step_ = 0;
-  double started_ = 0.0, copy_s_ = 0.0;
+  double started_ = 0.0, copy_s_ = 0.0, write_s_ = 0.0; // write_s_: set by the writer
 };
 
 } // namespace pt
