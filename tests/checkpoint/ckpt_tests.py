@@ -30,8 +30,10 @@ Scenarios (each exits 0 on success, prints what it compared):
                         names step 5, resume = "auto" continues bit-exactly
   stall                 a rank stalls before a checkpoint's collective open: the other rank's
                         watchdog names the MPI-IO open and the job exits 5
-  sigterm               SIGTERM to the ranks mid-run: exit 0 with a checkpoint; resuming it gives
-                        the straight run's losses and parameters
+  sigterm [async]       SIGTERM to the ranks mid-run: exit 0 with a checkpoint; resuming it gives
+                        the straight run's losses and parameters (async: checkpoint.async with a
+                        save every step, so the signal comes during a write: that save and the
+                        final one are both published)
   other_model           a checkpoint of n_head 4 resumed with n_head 8 (same shapes): exit 3
                         naming model.n_head and both values, by path and by resume = "auto";
                         resumed as llama: exit 3 naming model.arch; a llama checkpoint resumed
@@ -283,10 +285,12 @@ def stall(r):
                    f"'{r.work}/s/step_00000005.h5.partial'")
 
 
-def sigterm(r):
+def sigterm(r, mode=None):
     global STEPS
     STEPS = 3000  # long enough to be interrupted; the LR schedule follows it in every run
-    args = r.cmd("2,1,1", "part1", "log.every=1000", ckpt="b")
+    # async: a save every step, so that the signal comes while one is being written
+    extra = ["checkpoint.async=true", "checkpoint.every=1"] if mode == "async" else []
+    args = r.cmd("2,1,1", "part1", "log.every=1000", *extra, ckpt="b")
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = r.metrics("part1")
     deadline = time.time() + 60
@@ -310,7 +314,9 @@ def sigterm(r):
     expect_in(out, "(SIGTERM); restart with checkpoint.resume")
     stopped = max(int(l.split('"step": ')[1].split(",")[0]) for l in open(metrics) if '"loss"' in l)
     print(f"stopped after step {stopped}")
-    out = r.run("2,1,1", "part2", "runtime.exit_after_steps=5", ckpt="b")
+    if mode == "async" and not os.path.exists(f"{r.work}/b/step_{stopped - 1:08d}.h5"):
+        sys.exit(f"FAIL: the save in flight when the signal came (step {stopped - 1}) is missing")
+    out = r.run("2,1,1", "part2", "runtime.exit_after_steps=5", *extra, ckpt="b")
     expect_in(out, f"resumed from {r.work}/b/step_{stopped:08d}.h5")
     r.run("2,1,1", "straight", f"runtime.exit_after_steps={stopped + 5}", ckpt="a")
     r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
@@ -391,7 +397,7 @@ def main():
      "damage": lambda: damage(r, a.args[0]), "fallback": lambda: fallback(r),
      "kill": lambda: kill(r, *a.args), "stall": lambda: stall(r),
      "async": lambda: async_save(r, a.args[0]),
-     "sigterm": lambda: sigterm(r),
+     "sigterm": lambda: sigterm(r, *a.args),
      "other_model": lambda: other_model(r), "other_data": lambda: other_data(r),
      "nothing_left": lambda: nothing_left(r), "fresh_start": lambda: fresh_start(r)}[a.scenario]()
     print("PASS")
