@@ -270,14 +270,28 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const W
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
     ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, comm, watchdog, shards,
                         state.step);
+    // test-only (util/test_hooks.hpp): the last rank's write fails, as on a full disk
+    if (test_hooks().fail_in_checkpoint == state.step && layout.rank() == layout.size() - 1) {
+      ok = false;
+    }
     Watchdog::Scope io(watchdog, "the checkpoint write's collective metadata of '" + partial + "'");
     ok &= write_metadata(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, partition, state);
     io.now("the collective MPI-IO close (flush) of '" + partial + "'");
     if (H5Fclose(file.get()) < 0) ok = false;
     file = H5();
   }
-  if (!ok) err = Error(ExitCode::other, "writing checkpoint '" + partial + "' failed");
-  watchdog.agree(comm, err, "the checkpoint write's agreement");
+  if (!ok) {
+    err = Error(ExitCode::other, "writing checkpoint '" + partial +
+                                     "' failed; it is removed, and the checkpoints before it "
+                                     "stand.\n---> HINT: is the disk full?");
+  }
+  try { // a failed write leaves no .partial file behind
+    watchdog.agree(comm, err, "the checkpoint write's agreement");
+  } catch (const Error&) {
+    std::error_code ec;
+    if (root) fs::remove(partial, ec);
+    throw;
+  }
   if (root) err = publish(dir, partial, final_path, state.step, cfg.checkpoint.keep);
   watchdog.agree(comm, err, "the checkpoint write's agreement");
   return final_path;

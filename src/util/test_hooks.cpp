@@ -23,6 +23,8 @@ TestHooks read_hooks() {
     h.kill_in_checkpoint = std::atoi(k);
   if (const char* k = std::getenv("PIPETRAIN_TEST_STALL_IN_CHECKPOINT"))
     h.stall_in_checkpoint = std::atoi(k);
+  if (const char* k = std::getenv("PIPETRAIN_TEST_FAIL_IN_CHECKPOINT"))
+    h.fail_in_checkpoint = std::atoi(k);
   return h;
 }
 

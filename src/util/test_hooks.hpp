@@ -10,6 +10,8 @@
 //                                       checkpoint
 //   PIPETRAIN_TEST_STALL_IN_CHECKPOINT=N the last rank stalls before step N's checkpoint file is
 //                                       opened (the others wait in HDF5's collective open)
+//   PIPETRAIN_TEST_FAIL_IN_CHECKPOINT=N the last rank's write of step N's checkpoint fails, as on
+//                                       a full disk
 //   PIPETRAIN_CHECK_TP_REPLICAS=1       every step, replicated gradients must be bitwise equal on
 //                                       every tp rank
 //   PIPETRAIN_TEST_BF16_PRODUCTS=1      host kernels whose products round their inputs to bf16
@@ -27,6 +29,7 @@ struct TestHooks {
   bool withhold_tp = false;
   int kill_in_checkpoint = -1;  // the step; -1: never
   int stall_in_checkpoint = -1; // the step; -1: never
+  int fail_in_checkpoint = -1;  // the step; -1: never
   bool check_tp_replicas = false;
   bool bf16_products = false;
   bool quick_peak = false;

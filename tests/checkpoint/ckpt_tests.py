@@ -28,8 +28,10 @@ Scenarios (each exits 0 on success, prints what it compared):
   kill [async]          kill -9 of a rank while step 10's checkpoint is written (async: by the
                         writer thread of checkpoint.async): the .partial file stays, latest still
                         names step 5, resume = "auto" continues bit-exactly
-  stall                 a rank stalls before a checkpoint's collective open: the other rank's
-                        watchdog names the MPI-IO open and the job exits 5
+  stall [async]         a rank stalls before a checkpoint's collective open: the other rank's
+                        watchdog (async: its writer's) names the MPI-IO open and the job exits 5
+  write_fails [async]   a rank's write of step 10 fails as on a full disk: exit 1 naming the
+                        file, its .partial removed, step 5 and latest untouched
   sigterm [async]       SIGTERM to the ranks mid-run: exit 0 with a checkpoint; resuming it gives
                         the straight run's losses and parameters (async: checkpoint.async with a
                         save every step, so the signal comes during a write: that save and the
@@ -271,10 +273,13 @@ def kill(r, mode=None):
     r.compare(0, r.metrics("straight"), r.metrics("part1") + "," + r.metrics("part2"))
 
 
-def stall(r):
+def stall(r, mode=None):
     # the last rank stalls before step 5's checkpoint file is opened: the other waits inside
     # HDF5's collective MPI-IO open, where no request can be polled; the watchdog names it
-    args = r.cmd("2,1,1", "stall", "checkpoint.every=5", "runtime.hang_timeout_s=3", ckpt="s")
+    # (async: the writer thread's own watchdog, while the training threads go on)
+    extra = ["checkpoint.async=true"] if mode == "async" else []
+    args = r.cmd("2,1,1", "stall", "checkpoint.every=5", "runtime.hang_timeout_s=3", *extra,
+                 ckpt="s")
     p = subprocess.run(args, capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PIPETRAIN_TEST_STALL_IN_CHECKPOINT="5"))
     out = p.stdout + p.stderr
@@ -283,6 +288,23 @@ def stall(r):
         sys.exit(f"FAIL: stall: exit code {p.returncode}, expected 5 (the hang watchdog)")
     expect_in(out, "(runtime.hang_timeout_s = 3) for the collective MPI-IO open of "
                    f"'{r.work}/s/step_00000005.h5.partial'")
+
+
+def write_fails(r, mode=None):
+    # the last rank's write of step 10 fails (as on a full disk): exit 1 naming the file, no
+    # .partial left, step 5 and latest untouched
+    extra = ["checkpoint.async=true"] if mode == "async" else []
+    out = r.run("2,1,1", "fails", "checkpoint.every=5", *extra, ckpt="b", expect=1,
+                env={"PIPETRAIN_TEST_FAIL_IN_CHECKPOINT": "10"})
+    expect_in(out, f"writing checkpoint '{r.work}/b/step_00000010.h5.partial' failed; it is "
+                   "removed, and the checkpoints before it stand")
+    names = sorted(os.listdir(f"{r.work}/b"))
+    print("after the failed write:", names)
+    if names != ["latest", "step_00000005.h5"]:
+        sys.exit("FAIL: a failed write must leave step 5 and latest only")
+    with open(f"{r.work}/b/latest") as f:
+        if f.read().strip() != "step_00000005.h5":
+            sys.exit("FAIL: latest must still name step 5")
 
 
 def sigterm(r, mode=None):
@@ -395,7 +417,8 @@ def main():
     r = Runner(a)
     {"bitexact": lambda: bitexact(r, a.args[0]), "reshard": lambda: reshard(r, a.args[0], a.args[1]),
      "damage": lambda: damage(r, a.args[0]), "fallback": lambda: fallback(r),
-     "kill": lambda: kill(r, *a.args), "stall": lambda: stall(r),
+     "kill": lambda: kill(r, *a.args), "stall": lambda: stall(r, *a.args),
+     "write_fails": lambda: write_fails(r, *a.args),
      "async": lambda: async_save(r, a.args[0]),
      "sigterm": lambda: sigterm(r, *a.args),
      "other_model": lambda: other_model(r), "other_data": lambda: other_data(r),
