@@ -5,6 +5,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "comm/group.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
@@ -111,12 +112,9 @@ Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
 }
 
 Layout::~Layout() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
   for (MPI_Comm* c :
        {&dp_comm_, &pp_comm_, &tp_comm_, &emb_comm_, &ep_comm_, &edp_comm_, &node_comm_}) {
-    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    free_comm(*c);
   }
 }
 

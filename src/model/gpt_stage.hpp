@@ -270,11 +270,15 @@ private:
   // ws_.moe_x, and the segments of the rows this rank's experts compute; with ep > 1 the counts
   // of what each rank sends here: exchanged (the forward: exchange) or as the forward kept them.
   void moe_route(const BlockView& a, bool exchange = false);
-  // ep > 1: this rank's tokens' routed rows (from, MR rows by expert) to the ranks of their
-  // experts (to, XR rows source-major), and (back) the reverse; ep 1: nothing to do
+  // ep > 1: this rank's tokens' rows (from, MR rows by expert) to its experts' order (to, XR
+  // rows: the routed ones received source-major, then its tokens' shared-expert rows), the
+  // routed ones through the ranks of their experts; back: the reverse. ep 1: nothing to do
   void moe_dispatch(const float* from, float* to, bool back);
-  // shared experts' rows between this rank's tokens' order (src) and its experts' (ex)
-  void moe_shared_rows(float* dst, const float* src, bool to_experts) const;
+  // The input rows this rank's experts read: received (ep > 1, kept for the backward) or
+  // gathered here (ws_.moe_x)
+  float* expert_inputs(const BlockView& a) const {
+    return ep_.size > 1 ? a.moe_xe : ws_.moe_x.data();
+  }
   int expert_rows() const; // the rows this rank's experts compute (the segments' end)
   void moe_forward(int layer, const BlockView& a);
   // with_weights false: the experts' and router's weight gradients are left to

@@ -172,16 +172,13 @@ void GptStage::moe_dispatch(const float* from, float* to, bool back) {
                                static_cast<std::size_t>(model_.moe_top_k * C_) * sizeof(float) /
                                static_cast<std::size_t>(ep_.size);
   ep_.exchange->exchange(from, sc.data(), to, rc.data(), balanced);
-}
-
-void GptStage::moe_shared_rows(float* dst, const float* src, bool to_experts) const {
-  if (ep_.size == 1) return;
+  // the shared experts' rows stay here: after the routed rows gathered, after those received
   const std::size_t C = static_cast<std::size_t>(C_),
                     mine = static_cast<std::size_t>(
                         routing_.start[static_cast<std::size_t>(model_.moe_experts)]),
                     n = static_cast<std::size_t>(routing_.rows()) - mine;
-  const std::size_t from = to_experts ? mine : routed_in_, at = to_experts ? routed_in_ : mine;
-  std::memcpy(dst + at * C, src + from * C, n * C * sizeof(float));
+  const std::size_t src = back ? routed_in_ : mine, dst = back ? mine : routed_in_;
+  std::memcpy(to + dst * C, from + src * C, n * C * sizeof(float));
 }
 
 void GptStage::moe_forward(int layer, const BlockView& a) {
@@ -192,11 +189,9 @@ void GptStage::moe_forward(int layer, const BlockView& a) {
   moe_route(a, true);
   const moe::Routing& r = routing_;
   const std::size_t C = static_cast<std::size_t>(C_);
-  const bool ep = ep_.size > 1;
-  float* xe = ep ? a.moe_xe : ws_.moe_x.data(); // the rows this rank's experts compute
-  float* ye = ep ? ws_.moe_ye.data() : a.moe_y;
+  float* xe = expert_inputs(a);
+  float* ye = ep_.size > 1 ? ws_.moe_ye.data() : a.moe_y; // the experts' outputs, before they go
   moe_dispatch(ws_.moe_x.data(), xe, false);
-  moe_shared_rows(xe, ws_.moe_x.data(), true);
   for (const Segment& g : segments_) {
     if (g.n == 0) continue;
     const ExpertTensors t = expert(w, g.x);
@@ -214,7 +209,6 @@ void GptStage::moe_forward(int layer, const BlockView& a) {
     be_.matmul_forward(ye + g.r0 * C, a.fch_gelu + g.r0 * FE, t.fcp_w, t.fcp_b, g.n, FE, C_);
   }
   moe_dispatch(ye, a.moe_y, true); // the outputs back to their tokens' ranks
-  moe_shared_rows(a.moe_y, ye, false);
   combine(r, a.moe_y, a.out, C);
   if (!counting_) return;
   const std::size_t at = static_cast<std::size_t>(
@@ -238,14 +232,13 @@ void GptStage::moe_backward(int layer, const BlockView& a, const float* dout, fl
   const moe::Routing& r = routing_;
   const std::size_t C = static_cast<std::size_t>(C_);
   const bool ep = ep_.size > 1;
-  const float* xe = ep ? a.moe_xe : ws_.moe_x.data();
+  const float* xe = expert_inputs(a);
   float* dy = s.moe_dy.data();               // this rank's experts' rows
   float* dys = ep ? ws_.moe_dys.data() : dy; // this rank's tokens' rows
   float* dxs = ep ? ws_.moe_dxs.data() : ws_.moe_dx.data();
   float* dweight = ws_.moe_dweight.data();
   combine_backward(r, dout, a.moe_y, dys, dweight, C);
   moe_dispatch(dys, dy, false);
-  moe_shared_rows(dy, dys, true);
   // each expert's products: the input gradients, and with_weights the weight gradients too
   for (const Segment& sg : segments_) {
     if (sg.n == 0) continue;
@@ -277,7 +270,6 @@ void GptStage::moe_backward(int layer, const BlockView& a, const float* dout, fl
     }
   }
   moe_dispatch(ws_.moe_dx.data(), dxs, true); // the input rows' gradients back to their tokens
-  moe_shared_rows(dxs, ws_.moe_dx.data(), false);
   // the router: its logits' gradient, then its input's (into d_ln2) and its weight's
   moe::router_backward(s.moe_dlogits.data(), r, a.router, a.router_lse, dweight,
                        model_.moe_aux_loss, model_.moe_z_loss, aux_scale_);
@@ -295,7 +287,7 @@ void GptStage::moe_backward_weight(int layer, const BlockView& a, const BlockSta
   const int E = model_.moe_experts, FE = expert_width(model_), FIE = llama_ ? 2 * FE : FE;
   moe_route(a);
   const std::size_t C = static_cast<std::size_t>(C_);
-  const float* xe = ep_.size > 1 ? a.moe_xe : ws_.moe_x.data();
+  const float* xe = expert_inputs(a);
   for (const Segment& sg : segments_) { // in the order the fused backward adds them
     if (sg.n == 0) continue;
     const ExpertTensors gt = expert(g, sg.x);
