@@ -241,9 +241,11 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
         make_buckets(layout, bucket_floats, [](const ParamTensor& t) { return !t.expert; });
     std::size_t mine = 0, experts = 0;
     for (const GradBucket& k : buckets) mine = std::max(mine, k.count);
-    for (const GradBucket& k :
-         make_buckets(layout, bucket_floats, [](const ParamTensor& t) { return t.expert; })) {
-      experts = std::max(experts, k.count);
+    if (cfg.parallel.ep > 1) { // the experts' own buckets
+      for (const GradBucket& k :
+           make_buckets(layout, bucket_floats, [](const ParamTensor& t) { return t.expert; })) {
+        experts = std::max(experts, k.count);
+      }
     }
     dense_largest.push_back(static_cast<double>(mine));
     expert_largest.push_back(static_cast<double>(experts));
