@@ -27,8 +27,8 @@ AsyncWriter::~AsyncWriter() {
   free_comm(comm_);
 }
 
-double AsyncWriter::start(const RunConfig& cfg, Shards shards, const std::vector<int>& partition,
-                          const TrainState& state) {
+void AsyncWriter::start(const RunConfig& cfg, Shards shards, const std::vector<int>& partition,
+                        const TrainState& state) {
   wait();
   const double t0 = wall_time();
   take_snapshot(shards, snapshot_);
@@ -43,7 +43,6 @@ double AsyncWriter::start(const RunConfig& cfg, Shards shards, const std::vector
     }
     write_s_ = wall_time() - started_;
   });
-  return copy_s_;
 }
 
 void AsyncWriter::wait() {

@@ -29,10 +29,10 @@ public:
   AsyncWriter(const AsyncWriter&) = delete;
   AsyncWriter& operator=(const AsyncWriter&) = delete;
 
-  // Waits for the save in flight, copies the shards' tensors (the time training stalls, which it
-  // returns in seconds) and starts writing them. cfg and partition must outlive the save.
-  double start(const RunConfig& cfg, Shards shards, const std::vector<int>& partition,
-               const TrainState& state);
+  // Waits for the save in flight, copies the shards' tensors (the time training stalls) and starts
+  // writing them. cfg and partition must outlive the save.
+  void start(const RunConfig& cfg, Shards shards, const std::vector<int>& partition,
+             const TrainState& state);
   // Waits for the save in flight, if any: rank 0 prints where it went and how long it took;
   // rethrows its error (the write agrees on one verdict, so every rank throws alike).
   void wait();

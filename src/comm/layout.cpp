@@ -35,6 +35,17 @@ std::pair<int, int> group_nodes(const std::vector<int>& node_of) {
   return {static_cast<int>(distinct.size()), regular ? block[0] : 1};
 }
 
+namespace {
+
+// group_nodes of the `size` ranks of comm, this one on node `node` (collective)
+std::pair<int, int> group_nodes(MPI_Comm comm, int size, int node) {
+  std::vector<int> node_of(static_cast<std::size_t>(size));
+  PT_MPI(MPI_Allgather(&node, 1, MPI_INT, node_of.data(), 1, MPI_INT, comm));
+  return pt::group_nodes(node_of);
+}
+
+} // namespace
+
 Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
     : world_(world), pp_(p.pp), dp_(p.dp), tp_(p.tp), ep_(p.ep) {
   PT_MPI(MPI_Comm_rank(world_, &rank_));
@@ -75,10 +86,10 @@ Layout::Layout(MPI_Comm world, const ParallelConfig& p, const CommConfig& c)
   };
   node_ = index(node_key);
 
-  // the dp group's nodes, from where its ranks really are (a node need not hold every stage)
-  std::vector<int> dp_node(static_cast<std::size_t>(dp_));
-  PT_MPI(MPI_Allgather(&node_, 1, MPI_INT, dp_node.data(), 1, MPI_INT, dp_comm_));
-  std::tie(dp_nodes_, dp_node_size_) = group_nodes(dp_node);
+  // the dp group's nodes, and the expert-parallel group's (its all-to-all's), from where their
+  // ranks really are (a node need not hold every stage)
+  std::tie(dp_nodes_, dp_node_size_) = group_nodes(dp_comm_, dp_, node_);
+  if (ep_ > 1) std::tie(ep_nodes_, ep_node_size_) = group_nodes(ep_comm_, ep_, node_);
 
   // a tensor-parallel group should sit inside one node (its all-reduces are on the critical path)
   int lo = node_, hi = node_;

@@ -61,6 +61,9 @@ public:
   // model and hierarchical then treat each rank as a node of its own).
   int dp_nodes() const { return dp_nodes_; }
   int dp_node_size() const { return dp_node_size_; }
+  // The same of this rank's expert-parallel group (1, 1 when ep = 1).
+  int ep_nodes() const { return ep_nodes_; }
+  int ep_node_size() const { return ep_node_size_; }
 
   // The table of rank -> host, node, pp/dp/tp and, given a placement, each rank's cores and
   // threads (rank 0 holds it; others get an empty string).
@@ -82,6 +85,7 @@ private:
   Coords me_;
   int node_ = 0, nodes_ = 1, ranks_on_node_ = 1;
   int dp_nodes_ = 1, dp_node_size_ = 1;
+  int ep_nodes_ = 1, ep_node_size_ = 1;
   std::vector<std::string> hosts_; // rank 0 only
   std::vector<int> node_of_;       // rank 0 only
 };

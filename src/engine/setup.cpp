@@ -90,12 +90,8 @@ std::unique_ptr<Alltoaller> make_ep_exchange(const RunConfig& cfg, const Layout&
   if (cfg.comm.alltoall != AlltoallKind::automatic) {
     opt.algo = parse_alltoall(name(cfg.comm.alltoall));
   }
-  std::vector<int> nodes(static_cast<std::size_t>(layout.ep()));
-  const int node = layout.node();
-  watchdog.allgather(&node, 1, MPI_INT, nodes.data(), layout.ep_comm(),
-                     "the expert-parallel group's nodes");
-  const auto [count, per_node] = group_nodes(nodes);
-  opt.node_size = per_node;
+  const int count = layout.ep_nodes();
+  opt.node_size = layout.ep_node_size();
   opt.topology = resolve_topology(name(cfg.comm.topology), cfg.comm.calibration, count);
   opt.autotune = cfg.comm.autotune;
   opt.watchdog = &watchdog;
