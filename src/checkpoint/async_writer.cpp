@@ -27,6 +27,10 @@ AsyncWriter::~AsyncWriter() {
   free_comm(comm_);
 }
 
+void AsyncWriter::prepare(const Shards& shards) {
+  take_snapshot(shards, snapshot_);
+}
+
 void AsyncWriter::start(const RunConfig& cfg, Shards shards, const std::vector<int>& partition,
                         const TrainState& state) {
   wait();
@@ -37,7 +41,7 @@ void AsyncWriter::start(const RunConfig& cfg, Shards shards, const std::vector<i
   started_ = wall_time();
   thread_ = std::thread([this, &cfg, shards, &partition, state] {
     try {
-      path_ = write_checkpoint(cfg, layout_, watchdog_, shards, partition, state, comm_);
+      path_ = write_checkpoint(cfg, layout_, watchdog_, shards, partition, state, comm_, true);
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -2,9 +2,10 @@
 // step every rank copies what the file will hold into host memory (take_snapshot), and a writer
 // thread writes that copy with write_checkpoint (the same file, checksums and atomic publish) on
 // a duplicate of the world communicator, under a watchdog of its own, while the main thread
-// trains on. One save is in flight at a time: the next save, the end of the run and the
-// destructor wait for it first. The main thread makes no HDF5 call while a save is in flight
-// (HDF5 is not built thread-safe), and MPI runs at MPI_THREAD_MULTIPLE (main() asks for it).
+// trains on at a higher CPU priority than the writer. One save is in flight at a time: the next
+// save, the end of the run and the destructor wait for it first. The main thread makes no HDF5 call
+// while a save is in flight (HDF5 is not built thread-safe), and MPI runs at MPI_THREAD_MULTIPLE
+// (main() asks for it).
 #pragma once
 
 #include <mpi.h>
@@ -29,6 +30,9 @@ public:
   AsyncWriter(const AsyncWriter&) = delete;
   AsyncWriter& operator=(const AsyncWriter&) = delete;
 
+  // Makes the copy's buffers (the shards' sizes) and touches them: a first copy into new memory
+  // takes several times a later one, and would stall the first save.
+  void prepare(const Shards& shards);
   // Waits for the save in flight, copies the shards' tensors (the time training stalls) and starts
   // writing them. cfg and partition must outlive the save.
   void start(const RunConfig& cfg, Shards shards, const std::vector<int>& partition,

@@ -56,10 +56,11 @@ void take_snapshot(const Shards& shards, Snapshot& s);
 // checkpoints. Returns the published path. Throws pt::Error(other) naming the file if it cannot be
 // written.
 // comm: the communicator the write is collective over, layout.world() or a duplicate of it (an
-// asynchronous writer's).
+// asynchronous writer's). background: the calling thread writes beside training (an
+// asynchronous writer): after the collective creations it drops to the lowest CPU priority.
 std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const Watchdog& watchdog,
                              Shards shards, const std::vector<int>& partition,
-                             const TrainState& state, MPI_Comm comm);
+                             const TrainState& state, MPI_Comm comm, bool background = false);
 
 // Collective. Loads this rank's slices of the checkpoint at `path` into the shards. Checks the
 // format, schema version and every dataset's shape and type before reading; every dataset's

@@ -187,14 +187,21 @@ std::vector<std::string> list_checkpoints(const fs::path& dir) {
 
 std::uint64_t slice_checksum(const ParamLayout& lay, const ParamTensor& t, const float* x,
                              std::size_t begin, std::size_t n) {
+  constexpr std::uint64_t kIndex = 0x9E3779B97F4A7C15ULL, kMix = 0xBF58476D1CE4E5B9ULL;
   std::uint64_t sum = 0;
-  for (std::size_t i = begin; i < begin + n; ++i) {
-    const std::uint64_t g = t.shard_dim < 0 && !t.expert ? i : lay.global_index(t, i);
-    std::uint32_t bits;
-    std::memcpy(&bits, x + (i - begin), sizeof bits);
-    // for a fixed position the term is a bijection of the bits: a changed element changes it
-    std::uint64_t term = (bits + g * 0x9E3779B97F4A7C15ULL) * 0xBF58476D1CE4E5B9ULL;
-    sum += term ^ (term >> 29);
+  // by runs of consecutive global indices g, so that g * kIndex is a running sum
+  for (std::size_t i = begin; i < begin + n;) {
+    const std::size_t run = std::min(begin + n - i, lay.run_from(t, i));
+    const float* p = x + (i - begin);
+    std::uint64_t gk = lay.global_index(t, i) * kIndex;
+    for (std::size_t j = 0; j < run; ++j, gk += kIndex) {
+      std::uint32_t bits;
+      std::memcpy(&bits, p + j, sizeof bits);
+      // for a fixed position the term is a bijection of the bits: a changed element changes it
+      const std::uint64_t term = (bits + gk) * kMix;
+      sum += term ^ (term >> 29);
+    }
+    i += run;
   }
   return sum;
 }

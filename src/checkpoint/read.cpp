@@ -134,10 +134,11 @@ std::vector<H5> open_datasets(hid_t f, const ParamLayout& whole, int nsec, const
   return sets;
 }
 
-// One slice of a copy from the dataset ds into its memory.
-void read_slice(hid_t ds, const Local& l, const Slice& piece, const Layout& layout,
-                std::vector<float>& staged, const std::string& name, const std::string& path,
-                std::optional<Error>& err) {
+// One slice of a copy from the dataset ds into its memory. Returns the host memory it was read
+// into (the slice, or on a GPU the staging copy), null on an error.
+const float* read_slice(hid_t ds, const Local& l, const Slice& piece, const Layout& layout,
+                        std::vector<float>& staged, const std::string& name,
+                        const std::string& path, std::optional<Error>& err) {
   H5 fspace(H5Dget_space(ds), H5Sclose);
   select_slice(fspace.get(), l, piece, layout);
   hsize_t n = piece.size;
@@ -148,53 +149,51 @@ void read_slice(hid_t ds, const Local& l, const Slice& piece, const Layout& layo
   float* dst = on_host ? piece.data : staged.data();
   if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, dst) < 0) {
     err = ckpt_error(path, "dataset " + name + " cannot be read: the file is truncated or damaged");
-  } else if (!on_host) {
-    from_host(l.stage->backend(), piece.data, staged.data(), staged.size());
+    return nullptr;
   }
+  if (!on_host) from_host(l.stage->backend(), piece.data, staged.data(), staged.size());
+  return dst;
 }
 
-// Every rank reads its slices (all replicas, every copy) into the shards.
+// Every rank reads its slices (all replicas, every copy) into the shards, and adds the checksums
+// of those it verifies (each element once, see writes()) to got [section * tensors + tensor]
+// while each slice is still in the cache: one pass over the data.
 void read_tensors(const std::vector<H5>& sets, const ParamLayout& whole, const Layout& layout,
-                  Shards& shards, const std::string& path, std::optional<Error>& err) {
-  std::size_t k = 0;
+                  Shards& shards, const std::string& path, std::optional<Error>& err,
+                  std::vector<unsigned long long>& got) {
+  const std::vector<int> turns = dp_turns(whole, layout.dp());
+  std::size_t i = 0;
   std::vector<float> staged;
   for (int sec = 0; sec < shards.sections(); ++sec) {
-    for (const ParamTensor& gt : whole.tensors()) {
-      const hid_t ds = sets[k++].get();
+    for (std::size_t k = 0; k < whole.tensors().size(); ++k, ++i) {
+      const ParamTensor& gt = whole.tensors()[k];
       for (const Local& l : locals(shards, gt)) {
+        const bool verifies = writes(l, sec, layout, turns, k);
         for (const Slice& piece : slices(l, sec)) {
           if (err) return;
-          read_slice(ds, l, piece, layout, staged, dataset_name(sec, gt), path, err);
+          const float* x =
+              read_slice(sets[i].get(), l, piece, layout, staged, dataset_name(sec, gt), path, err);
+          if (x != nullptr && verifies) {
+            got[i] += slice_checksum(l.stage->layout(), *l.t, x, piece.begin, piece.size);
+          }
         }
       }
     }
   }
 }
 
-// The slices' checksums (each element once, see writes()), added over all ranks, against each
+// The read slices' checksums (got, from read_tensors), added over all ranks, against each
 // dataset's checksum attribute. Collective even when err is already set.
 void verify_checksums(const std::vector<H5>& sets, const ParamLayout& whole, const Layout& layout,
-                      const Watchdog& watchdog, Shards& shards, const std::string& path,
-                      std::optional<Error>& err) {
+                      const Watchdog& watchdog, std::vector<unsigned long long>& got,
+                      const std::string& path, std::optional<Error>& err) {
   const std::size_t T = whole.tensors().size();
-  const std::vector<int> turns = dp_turns(whole, layout.dp());
-  const auto n = static_cast<std::size_t>(shards.sections()) * T;
-  std::vector<unsigned long long> got(n, 0), want(n, 0);
-  std::vector<float> staged;
-  for (int sec = 0; sec < shards.sections(); ++sec) {
-    for (std::size_t k = 0; k < T; ++k) {
-      const std::size_t i = static_cast<std::size_t>(sec) * T + k;
-      const ParamTensor& gt = whole.tensors()[k];
-      if (!read_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, want[i]) && !err) {
-        err = ckpt_error(path, "dataset " + dataset_name(sec, gt) + " has no checksum attribute");
-      }
-      for (const Local& l : locals(shards, gt)) {
-        if (!writes(l, sec, layout, turns, k)) continue;
-        for (const Slice& piece : slices(l, sec)) {
-          const float* x = readable(l.stage->backend(), piece.data, piece.size, staged);
-          got[i] += slice_checksum(l.stage->layout(), *l.t, x, piece.begin, piece.size);
-        }
-      }
+  std::vector<unsigned long long> want(got.size(), 0);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!read_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, want[i]) && !err) {
+      err = ckpt_error(path, "dataset " +
+                                 dataset_name(static_cast<int>(i / T), whole.tensors()[i % T]) +
+                                 " has no checksum attribute");
     }
   }
   watchdog.allreduce(got.data(), static_cast<int>(got.size()), MPI_UNSIGNED_LONG_LONG, MPI_SUM,
@@ -332,8 +331,9 @@ TrainState read_checkpoint(const std::string& path, const RunConfig& cfg, const 
   const ParamLayout whole = whole_layout(cfg.model);
   std::vector<H5> sets;
   parse([&] { sets = open_datasets(file.get(), whole, shards.sections(), path, err); });
-  read_tensors(sets, whole, layout, shards, path, err);
-  verify_checksums(sets, whole, layout, watchdog, shards, path, err);
+  std::vector<unsigned long long> got(sets.size(), 0);
+  read_tensors(sets, whole, layout, shards, path, err, got);
+  verify_checksums(sets, whole, layout, watchdog, got, path, err);
   int adam_step = 0;
   {
     H5 optim(H5Gopen2(file.get(), "/optim", H5P_DEFAULT), H5Gclose);

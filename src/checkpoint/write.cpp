@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,45 +36,60 @@ namespace {
 using namespace ckpt;
 namespace fs = std::filesystem;
 
-// Writes every tensor of every section (each element once, see writes()) and then each
-// dataset's checksum attribute: the slices' sums, added over all ranks. False on a failure.
+// Creates every dataset of every section (collective, in one order on every rank): contiguous,
+// never filled with fill values (every element is written); integrity comes from the
+// per-dataset checksum attribute (docs/checkpoints.md explains the choice).
+std::vector<H5> create_datasets(hid_t f, hid_t lcpl, const ParamLayout& whole, int nsec,
+                                Watchdog::Scope& io, bool& ok) {
+  std::vector<H5> sets;
+  H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  for (int sec = 0; sec < nsec; ++sec) {
+    for (const ParamTensor& gt : whole.tensors()) {
+      io.now("the checkpoint write's collective creation of dataset " + dataset_name(sec, gt));
+      const std::vector<hsize_t> g = dims_of(gt);
+      H5 space(H5Screate_simple(static_cast<int>(g.size()), g.data(), nullptr), H5Sclose);
+      sets.emplace_back(H5Dcreate2(f, dataset_name(sec, gt).c_str(), H5T_IEEE_F32LE, space.get(),
+                                   lcpl, dcpl.get(), H5P_DEFAULT),
+                        H5Dclose);
+      ok &= sets.back().ok();
+    }
+  }
+  return sets;
+}
+
+// Creates every dataset, then writes this rank's slices of them (each element once, see
+// writes(); independent MPI-IO, no rank waits for another) and then each dataset's checksum
+// attribute: the slices' sums, added over all ranks. background: the thread's CPU priority drops
+// to the lowest once the collective creations are done (an asynchronous save: the writes take
+// the cycles training leaves). False on a failure.
 bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
-                   MPI_Comm comm, const Watchdog& watchdog, Shards& shards, int step) {
+                   MPI_Comm comm, const Watchdog& watchdog, Shards& shards, int step,
+                   bool background) {
   bool ok = true;
   const ParamLayout whole = whole_layout(cfg.model);
   const std::size_t T = whole.tensors().size();
   const int nsec = shards.sections();
   std::vector<unsigned long long> sums(static_cast<std::size_t>(nsec) * T, 0);
   const std::vector<int> turns = dp_turns(whole, layout.dp());
-  std::vector<H5> sets;
-  float dummy = 0.0f;
   std::vector<float> staged; // a GPU backend's tensor, copied to host memory for MPI-IO
-  // dataset creation is collective, and so may be an MPI-IO write underneath HDF5
   Watchdog::Scope io(watchdog, "the checkpoint write's MPI-IO");
+  std::vector<H5> sets = create_datasets(f, lcpl, whole, nsec, io, ok);
+  // Linux: a thread's own nice value; failing leaves the normal priority, which is still correct
+  if (background) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
   for (int sec = 0; sec < nsec; ++sec) {
     // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
     if (sec == 1 && test_hooks().kill_in_checkpoint == step && layout.rank() == layout.size() - 1) {
       std::raise(SIGKILL);
     }
-    for (std::size_t k = 0; k < T; ++k) {
-      const ParamTensor& gt = whole.tensors()[k];
-      io.now("the checkpoint write's collective creation and MPI-IO write of dataset " +
-             dataset_name(sec, gt));
-      const std::vector<hsize_t> g = dims_of(gt);
-      H5 space(H5Screate_simple(static_cast<int>(g.size()), g.data(), nullptr), H5Sclose);
-      // contiguous, never filled with fill values (every element is written); integrity comes
-      // from the per-dataset checksum attribute (docs/checkpoints.md explains the choice)
-      H5 dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-      H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-      H5 ds(H5Dcreate2(f, dataset_name(sec, gt).c_str(), H5T_IEEE_F32LE, space.get(), lcpl,
-                       dcpl.get(), H5P_DEFAULT),
-            H5Dclose);
-      ok &= ds.ok();
-      bool wrote = false;
-      for (const Local& l : locals(shards, gt)) {
+    for (std::size_t k = 0; k < T && ok; ++k) {
+      const hid_t ds = sets[static_cast<std::size_t>(sec) * T + k].get();
+      io.now("the checkpoint write's MPI-IO write of dataset " +
+             dataset_name(sec, whole.tensors()[k]));
+      for (const Local& l : locals(shards, whole.tensors()[k])) {
         if (!writes(l, sec, layout, turns, k)) continue;
         for (const Slice& piece : slices(l, sec)) {
-          H5 fspace(H5Dget_space(ds.get()), H5Sclose);
+          H5 fspace(H5Dget_space(ds), H5Sclose);
           select_slice(fspace.get(), l, piece, layout);
           hsize_t n = piece.size;
           H5 mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
@@ -82,19 +98,9 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
                                  : readable(l.stage->backend(), piece.data, piece.size, staged);
           sums[static_cast<std::size_t>(sec) * T + k] +=
               slice_checksum(l.stage->layout(), *l.t, buf, piece.begin, piece.size);
-          ok &= H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, buf) >= 0;
-          wrote = true;
+          ok &= H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, buf) >= 0;
         }
       }
-      if (!wrote) { // this rank's part of the dataset is empty
-        H5 fspace(H5Dget_space(ds.get()), H5Sclose);
-        hsize_t one = 1;
-        H5 mspace(H5Screate_simple(1, &one, nullptr), H5Sclose);
-        H5Sselect_none(fspace.get());
-        H5Sselect_none(mspace.get());
-        ok &= H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl, &dummy) >= 0;
-      }
-      sets.push_back(std::move(ds));
     }
   }
   watchdog.allreduce(sums.data(), static_cast<int>(sums.size()), MPI_UNSIGNED_LONG_LONG, MPI_SUM,
@@ -235,7 +241,7 @@ void take_snapshot(const Shards& shards, Snapshot& s) {
 
 std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const Watchdog& watchdog,
                              Shards shards, const std::vector<int>& partition,
-                             const TrainState& state, MPI_Comm comm) {
+                             const TrainState& state, MPI_Comm comm, bool background) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); // our messages, not HDF5's error stacks
   const bool root = layout.rank() == 0;
   const fs::path dir = cfg.checkpoint.dir;
@@ -269,7 +275,7 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const W
     H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
     ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, comm, watchdog, shards,
-                        state.step);
+                        state.step, background);
     // test-only (util/test_hooks.hpp): the last rank's write fails, as on a full disk
     if (test_hooks().fail_in_checkpoint == state.step && layout.rank() == layout.size() - 1) {
       ok = false;

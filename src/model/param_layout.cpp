@@ -104,6 +104,23 @@ std::size_t ParamLayout::global_index(const ParamTensor& t, std::size_t i) const
   return gr * cols + i % cols;
 }
 
+std::size_t ParamLayout::run_from(const ParamTensor& t, std::size_t i) const {
+  if (t.expert || t.shard_dim < 0 || tp_ == 1) return t.size - i;
+  const std::size_t cols =
+      t.global_shape.size() > 1 ? static_cast<std::size_t>(t.global_shape[1]) : 1;
+  if (t.shard_dim == 1) {
+    const std::size_t local_cols = cols / static_cast<std::size_t>(tp_);
+    return local_cols - i % local_cols;
+  }
+  std::size_t lr = i / cols; // as in global_index: the part whose share holds local row lr
+  for (const int rows : t.part_rows) {
+    const auto mine = static_cast<std::size_t>(rows / tp_);
+    if (lr < mine) return (mine - lr) * cols - i % cols;
+    lr -= mine;
+  }
+  return t.size - i;
+}
+
 const ParamTensor& ParamLayout::at(const std::string& name) const {
   for (const auto& t : tensors_) {
     if (t.name == name) return t;

@@ -54,6 +54,9 @@ public:
 
   // Index in the whole (global) tensor of local element i of t.
   std::size_t global_index(const ParamTensor& t, std::size_t i) const;
+  // How many local elements of t from i on lie at consecutive global indices (the rest of a
+  // local row, or of a part's rows, where tp splits t; the rest of t otherwise).
+  std::size_t run_from(const ParamTensor& t, std::size_t i) const;
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }
