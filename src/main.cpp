@@ -173,6 +173,9 @@ int main(int argc, char** argv) {
   // point); ignored signals would be discarded, blocked ones stay pending for the trainer
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGUSR1, SIG_DFL);
+  // a write past the file-size limit (ulimit -f) then fails with EFBIG and is reported like a
+  // full disk (the checkpoint's .partial removed, exit 1) instead of killing the rank
+  std::signal(SIGXFSZ, SIG_IGN);
   // comm.overlap = "thread" reduces gradients from a second thread
   int provided = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);

@@ -55,8 +55,8 @@ void AsyncWriter::wait() {
   thread_.join();
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   if (layout_.rank() == 0) {
-    std::printf("checkpoint %s written in %.2f s (asynchronously: training stalled %.2f s for the "
-                "copy, and %.2f s waiting for the write)\n",
+    std::printf("checkpoint %s written in %.2f s (asynchronously: training stalled %.3f s for the "
+                "copy, and %.3f s waiting for the write)\n",
                 path_.c_str(), write_s_, copy_s_, wall_time() - t0);
     std::fflush(stdout);
   }

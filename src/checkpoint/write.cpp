@@ -166,6 +166,28 @@ bool write_metadata(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const
   return ok;
 }
 
+// Test-only: while one lives, the process may write no byte to a file (a file-size limit of 0,
+// RLIMIT_FSIZE): the kernel answers EFBIG (SIGXFSZ is ignored, main.cpp) as a full disk answers
+// ENOSPC, and the failure comes back through MPI-IO and HDF5 like a real one.
+class RefuseWrites {
+public:
+  explicit RefuseWrites(bool on) {
+    if (!on || getrlimit(RLIMIT_FSIZE, &saved_) != 0) return;
+    rlimit none = saved_;
+    none.rlim_cur = 0;
+    set_ = setrlimit(RLIMIT_FSIZE, &none) == 0;
+  }
+  ~RefuseWrites() {
+    if (set_) setrlimit(RLIMIT_FSIZE, &saved_);
+  }
+  RefuseWrites(const RefuseWrites&) = delete;
+  RefuseWrites& operator=(const RefuseWrites&) = delete;
+
+private:
+  rlimit saved_{};
+  bool set_ = false;
+};
+
 // fsync: the data reaches the disk before a name points at it.
 void sync_path(const std::string& p) {
   const int fd = ::open(p.c_str(), O_RDONLY);
@@ -274,11 +296,12 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const W
     H5Pset_create_intermediate_group(lcpl.get(), 1);
     H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
-    ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, comm, watchdog, shards,
-                        state.step, background);
-    // test-only (util/test_hooks.hpp): the last rank's write fails, as on a full disk
-    if (test_hooks().fail_in_checkpoint == state.step && layout.rank() == layout.size() - 1) {
-      ok = false;
+    { // test-only (util/test_hooks.hpp): the kernel refuses the last rank's data writes, as
+      // on a full disk (the metadata and the close that follow are allowed to write)
+      const RefuseWrites refuse(test_hooks().fail_in_checkpoint == state.step &&
+                                layout.rank() == layout.size() - 1);
+      ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, comm, watchdog, shards,
+                          state.step, background);
     }
     Watchdog::Scope io(watchdog, "the checkpoint write's collective metadata of '" + partial + "'");
     ok &= write_metadata(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, partition, state);

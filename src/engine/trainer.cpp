@@ -35,7 +35,7 @@ struct Trainer::Checkpoints {
     std::string from;
     const bool resumed = pt::resume(t.cfg_, t.layout_, t.watchdog_, shards, state, from);
     if (resumed && t.layout_.rank() == 0) {
-      std::printf("resumed from %s (read in %.2f s): %d of %d steps done\n", from.c_str(),
+      std::printf("resumed from %s (read in %.3f s): %d of %d steps done\n", from.c_str(),
                   wall_time() - t0, state.step, t.cfg_.train.steps);
       std::fflush(stdout);
     }

@@ -10,8 +10,9 @@
 //                                       checkpoint
 //   PIPETRAIN_TEST_STALL_IN_CHECKPOINT=N the last rank stalls before step N's checkpoint file is
 //                                       opened (the others wait in HDF5's collective open)
-//   PIPETRAIN_TEST_FAIL_IN_CHECKPOINT=N the last rank's write of step N's checkpoint fails, as on
-//                                       a full disk
+//   PIPETRAIN_TEST_FAIL_IN_CHECKPOINT=N the kernel refuses the last rank's data writes of step
+//                                       N's checkpoint (a file-size limit of 0: EFBIG), as a
+//                                       full disk refuses them
 //   PIPETRAIN_CHECK_TP_REPLICAS=1       every step, replicated gradients must be bitwise equal on
 //                                       every tp rank
 //   PIPETRAIN_TEST_BF16_PRODUCTS=1      host kernels whose products round their inputs to bf16
