@@ -27,15 +27,15 @@ AsyncWriter::~AsyncWriter() {
   free_comm(comm_);
 }
 
-void AsyncWriter::prepare(const Shards& shards) {
-  take_snapshot(shards, snapshot_);
+void AsyncWriter::prepare(const RunConfig& cfg, const Shards& shards) {
+  take_snapshot(cfg.model, layout_, shards, snapshot_);
 }
 
 void AsyncWriter::start(const RunConfig& cfg, Shards shards, const std::vector<int>& partition,
                         const TrainState& state) {
   wait();
   const double t0 = wall_time();
-  take_snapshot(shards, snapshot_);
+  take_snapshot(cfg.model, layout_, shards, snapshot_);
   copy_s_ = wall_time() - t0;
   shards.snapshot = &snapshot_;
   started_ = wall_time();

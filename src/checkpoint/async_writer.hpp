@@ -30,9 +30,9 @@ public:
   AsyncWriter(const AsyncWriter&) = delete;
   AsyncWriter& operator=(const AsyncWriter&) = delete;
 
-  // Makes the copy's buffers (the shards' sizes) and touches them: a first copy into new memory
-  // takes several times a later one, and would stall the first save.
-  void prepare(const Shards& shards);
+  // Makes the copy's buffers (the shards' sizes) and copies into them once: a first copy into
+  // new memory takes several times a later one, and would stall the first save.
+  void prepare(const RunConfig& cfg, const Shards& shards);
   // Waits for the save in flight, copies the shards' tensors (the time training stalls) and starts
   // writing them. cfg and partition must outlive the save.
   void start(const RunConfig& cfg, Shards shards, const std::vector<int>& partition,

@@ -47,9 +47,10 @@ struct Shards {
   int sections() const { return older != nullptr ? 4 : 3; }
 };
 
-// Copies the shards' tensors into s (host memory, kept for the next save: its buffers are reused
-// when the sizes allow).
-void take_snapshot(const Shards& shards, Snapshot& s);
+// Copies what this rank writes of the shards' tensors into s (host memory, kept for the next
+// save: its buffers are reused when the sizes allow). A data-parallel replica copies its share.
+void take_snapshot(const ModelConfig& model, const Layout& layout, const Shards& shards,
+                   Snapshot& s);
 
 // Collective over layout.world(), its waits under the watchdog. Writes <dir>/step_%08d.h5 through a
 // .partial file, renames it, replaces <dir>/latest, then removes all but the newest checkpoint.keep

@@ -222,10 +222,31 @@ std::optional<Error> publish(const fs::path& dir, const std::string& partial,
   return std::nullopt;
 }
 
+// The sections of each chunk's tensors that this rank writes: bit sec of [chunk][tensor].
+std::vector<std::vector<unsigned>> written_sections(const ModelConfig& model, const Layout& layout,
+                                                    Shards shards) {
+  const ParamLayout whole = whole_layout(model);
+  const std::vector<int> turns = dp_turns(whole, layout.dp());
+  std::vector<std::vector<unsigned>> out(shards.stages.size());
+  for (std::size_t c = 0; c < out.size(); ++c) {
+    out[c].assign(shards.stages[c]->layout().tensors().size(), 0);
+  }
+  for (std::size_t k = 0; k < whole.tensors().size(); ++k) {
+    for (const Local& l : locals(shards, whole.tensors()[k])) {
+      for (int sec = 0; sec < shards.sections(); ++sec) {
+        if (writes(l, sec, layout, turns, k)) out[l.chunk][l.index] |= 1U << sec;
+      }
+    }
+  }
+  return out;
+}
+
 } // namespace
 
-void take_snapshot(const Shards& shards, Snapshot& s) {
+void take_snapshot(const ModelConfig& model, const Layout& layout, const Shards& shards,
+                   Snapshot& s) {
   const std::size_t chunks = shards.stages.size();
+  const std::vector<std::vector<unsigned>> mine = written_sections(model, layout, shards);
   s.params.resize(chunks);
   s.moments.resize(chunks);
   s.runs.assign(chunks, {});
@@ -234,26 +255,30 @@ void take_snapshot(const Shards& shards, Snapshot& s) {
   for (std::size_t c = 0; c < chunks; ++c) {
     GptStage& st = *shards.stages[c];
     const Backend& be = st.backend();
+    const std::vector<ParamTensor>& tensors = st.layout().tensors();
     grow_scratch(s.params[c], st.num_params());
-    to_host(be, s.params[c].data(), st.params(), st.num_params());
-    if (shards.older != nullptr) {
-      grow_scratch(s.older[c], st.num_params());
-      to_host(be, s.older[c].data(), (*shards.older)[c].data(), st.num_params());
-    }
-    const std::size_t tensors = st.layout().tensors().size();
-    std::vector<std::vector<Optimizer::Run>> live(tensors);
+    if (shards.older != nullptr) grow_scratch(s.older[c], st.num_params());
+    std::vector<std::vector<Optimizer::Run>> live(tensors.size());
     std::size_t floats = 0;
-    for (std::size_t i = 0; i < tensors; ++i) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
       live[i] = shards.opts[c]->runs(i);
       for (const Optimizer::Run& r : live[i]) floats += 2 * r.size;
     }
     grow_scratch(s.moments[c], floats);
     float* at = s.moments[c].data();
-    s.runs[c].resize(tensors);
-    for (std::size_t i = 0; i < tensors; ++i) {
+    s.runs[c].resize(tensors.size());
+    // every run has its place in the copy; only what this rank writes is copied into it (a
+    // data-parallel replica writes its share of the tensors)
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const ParamTensor& t = tensors[i];
+      const unsigned w = mine[c][i];
+      if (w & 1U) to_host(be, s.params[c].data() + t.offset, st.params() + t.offset, t.size);
+      if (w & 8U) {
+        to_host(be, s.older[c].data() + t.offset, (*shards.older)[c].data() + t.offset, t.size);
+      }
       for (const Optimizer::Run& r : live[i]) {
-        to_host(be, at, r.m, r.size);
-        to_host(be, at + r.size, r.v, r.size);
+        if (w & 2U) to_host(be, at, r.m, r.size);
+        if (w & 4U) to_host(be, at + r.size, r.v, r.size);
         s.runs[c][i].push_back({r.begin, r.size, at, at + r.size});
         at += 2 * r.size;
       }

@@ -134,7 +134,7 @@ TrainResult Trainer::train() {
       *this, Shards{stages_of(chunks_), optimizers_of(chunks_), policy_->older_weights()}, {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();
-  if (async_writer_) async_writer_->prepare(checkpoints.shards);
+  if (async_writer_) async_writer_->prepare(cfg, checkpoints.shards);
   TrainResult result;
   if (totals.first_step >= cfg.train.steps) {
     if (layout.rank() == 0) {
