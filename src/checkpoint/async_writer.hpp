@@ -1,11 +1,11 @@
 // checkpoint.async (docs/checkpoints.md): checkpoints that do not stop training. At a checkpoint
-// step every rank copies what the file will hold into host memory (take_snapshot), and a writer
+// step every rank copies what it will write into host memory (take_snapshot), and a writer
 // thread writes that copy with write_checkpoint (the same file, checksums and atomic publish) on
 // a duplicate of the world communicator, under a watchdog of its own, while the main thread
-// trains on at a higher CPU priority than the writer. One save is in flight at a time: the next
-// save, the end of the run and the destructor wait for it first. The main thread makes no HDF5 call
-// while a save is in flight (HDF5 is not built thread-safe), and MPI runs at MPI_THREAD_MULTIPLE
-// (main() asks for it).
+// trains on (the writer drops to the lowest CPU priority once the datasets are created). One save
+// is in flight at a time: the next save, the end of the run and the destructor wait for it first.
+// The main thread makes no HDF5 call while a save is in flight (HDF5 is not built thread-safe),
+// and MPI runs at MPI_THREAD_MULTIPLE (main() asks for it).
 #pragma once
 
 #include <mpi.h>

@@ -134,7 +134,6 @@ TrainResult Trainer::train() {
       *this, Shards{stages_of(chunks_), optimizers_of(chunks_), policy_->older_weights()}, {}};
   RunTotals totals;
   totals.first_step = totals.steps_done = checkpoints.resume();
-  if (async_writer_) async_writer_->prepare(cfg, checkpoints.shards);
   TrainResult result;
   if (totals.first_step >= cfg.train.steps) {
     if (layout.rank() == 0) {
@@ -148,6 +147,7 @@ TrainResult Trainer::train() {
     result.nothing_to_do = true;
     return result;
   }
+  if (async_writer_) async_writer_->prepare(cfg, checkpoints.shards);
   const Sampler sampler(*data_, cfg.model.seq_len, cfg.train.seed);
   reset_op_times(); // from here on: the partition's timing ran ops too
   int stop_seen = 0;
