@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cuda/attention_cudnn.hpp"
+#include "cuda/attention_kept.hpp"
 #include "cuda/cuda_common.cuh"
 #include "cuda/flash_attention.hpp"
 #include "cuda/ops_cuda.hpp"
@@ -103,19 +104,6 @@ Path path(int B, int T, int C, int NH) {
   if (cudnn_attention::supports(B, T, C, NH, g.stream)) return Path::cudnn;
   return flash_takes ? Path::flash : Path::gemm;
 }
-
-// What the cuDNN path keeps in att for the backward, 256-byte aligned one after the other: each
-// score row's log-sum-exp (B*NH*T floats), the output in bf16 (B*T*C) and qkv in bf16 (B*T*3C).
-struct CudnnKept {
-  std::size_t stats = 0, o16 = 0, qkv16 = 0, end = 0;
-  CudnnKept(int B, int T, int C, int NH) {
-    const auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
-    const std::size_t rows = static_cast<std::size_t>(B) * T;
-    o16 = up(sizeof(float) * rows * NH);
-    qkv16 = o16 + up(sizeof(bf16) * rows * C);
-    end = qkv16 + sizeof(bf16) * rows * 3 * C;
-  }
-};
 
 template <class E> E* at_byte(float* att, std::size_t offset) {
   return reinterpret_cast<E*>(reinterpret_cast<char*>(att) + offset);

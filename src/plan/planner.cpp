@@ -11,11 +11,59 @@
 #include <sstream>
 #include <tuple>
 
+#include "backend.hpp"
+#include "cuda/attention_kept.hpp"
 #include "model/param_layout.hpp"
 #include "plan/plan.hpp"
 #include "util/errors.hpp"
 
 namespace pt {
+
+namespace {
+
+// The optional keys of the compute model: machine.gemm, attention_efficiency, memory_gb_s,
+// device, attention (docs/planner.md).
+void read_compute_model(const toml::table& t, const std::string& path, Machine& m) {
+  const auto bad = [&](const std::string& what) {
+    return input_error("machine file '" + path + "': " + what + " (docs/planner.md)");
+  };
+  const auto positive = [&](const char* key, double upper) {
+    const toml::node_view<const toml::node> v = t["machine"][key];
+    if (!v) return 0.0;
+    const std::optional<double> x = v.value<double>();
+    if (!x || *x <= 0.0 || *x > upper) {
+      throw bad(std::string("machine.") + key + " must be a number in (0, " +
+                std::to_string(static_cast<long long>(upper)) + "]");
+    }
+    return *x;
+  };
+  if (const double a = positive("attention_efficiency", 1.0); a > 0.0) m.attention_efficiency = a;
+  m.memory_bw = positive("memory_gb_s", 1e6) * 1e9;
+  const std::string device = t["machine"]["device"].value_or(std::string("host"));
+  if (device != "host" && device != "cuda")
+    throw bad("machine.device must be \"host\" or \"cuda\"");
+  m.gpu = device == "cuda";
+  const std::string attention = t["machine"]["attention"].value_or(m.gpu ? "fused" : "unfused");
+  if (attention != "fused" && attention != "unfused") {
+    throw bad("machine.attention must be \"fused\" or \"unfused\"");
+  }
+  m.fused_attention = attention == "fused";
+  if (const toml::array* a = t["machine"]["gemm"].as_array()) {
+    for (const toml::node& row : *a) {
+      const toml::array* r = row.as_array();
+      double x[4] = {0, 0, 0, 0};
+      for (std::size_t i = 0; r != nullptr && r->size() == 4 && i < 4; ++i) {
+        x[i] = r->get(i)->value<double>().value_or(0.0);
+      }
+      if (x[0] <= 0 || x[1] <= 0 || x[2] <= 0 || x[3] <= 0) {
+        throw bad("machine.gemm must be [[m, n, k, tflops], ...] with positive numbers");
+      }
+      m.gemm.push_back({x[0], x[1], x[2], x[3] * 1e12});
+    }
+  }
+}
+
+} // namespace
 
 Machine read_machine(const std::string& path) {
   toml::table t;
@@ -42,6 +90,7 @@ Machine read_machine(const std::string& path) {
   m.intra_latency = num("network", "intra_node_latency_us") * 1e-6;
   m.inter_bw = num("network", "inter_node_gb_s") * 1e9;
   m.inter_latency = num("network", "inter_node_latency_us") * 1e-6;
+  read_compute_model(t, path, m);
   if (const toml::array* a = t["machine"]["thread_speedup"].as_array()) {
     m.thread_speedup.clear();
     for (const toml::node& row : *a) {
@@ -77,6 +126,37 @@ double Machine::speedup(int t) const {
   return s.back().second * t / s.back().first;
 }
 
+double Machine::gemm_rate(double m, double n, double k) const {
+  if (gemm.empty()) return peak_flops * efficiency;
+  // the table's range in each dimension
+  double lo[3] = {1e300, 1e300, 1e300}, hi[3] = {0, 0, 0};
+  for (const GemmRate& g : gemm) {
+    const double d[3] = {g.m, g.n, g.k};
+    for (int i = 0; i < 3; ++i) lo[i] = std::min(lo[i], d[i]), hi[i] = std::max(hi[i], d[i]);
+  }
+  const double shape[3] = {m, n, k};
+  double q[3];
+  for (int i = 0; i < 3; ++i) q[i] = std::log2(std::clamp(shape[i], lo[i], hi[i]));
+  // inverse-distance weights (1 / d^4) in log2 space: an exact row is its own rate
+  double weight = 0.0, sum = 0.0, rate = 0.0;
+  for (const GemmRate& g : gemm) {
+    const double d[3] = {std::log2(g.m), std::log2(g.n), std::log2(g.k)};
+    double d2 = 0.0;
+    for (int i = 0; i < 3; ++i) d2 += (q[i] - d[i]) * (q[i] - d[i]);
+    if (d2 < 1e-12) {
+      rate = g.flops;
+      break;
+    }
+    weight += 1.0 / (d2 * d2);
+    sum += g.flops / (d2 * d2);
+  }
+  if (rate == 0.0) rate = sum / weight;
+  if (memory_bw > 0.0) { // bf16 operands and result each moved once
+    rate = std::min(rate, memory_bw * 2.0 * m * n * k / (2.0 * (m * k + k * n + m * n)));
+  }
+  return efficiency * rate;
+}
+
 Machine Machine::with_threads(int t, int cores) const {
   Machine m = *this;
   const double node_memory = memory_bytes * ranks_per_node;
@@ -84,6 +164,8 @@ Machine Machine::with_threads(int t, int cores) const {
   m.memory_bytes = node_memory / m.ranks_per_node;
   m.peak_flops = peak_flops * t;
   m.efficiency = efficiency * speedup(t) / t;
+  for (GemmRate& g : m.gemm) g.flops *= t; // t cores' table, at efficiency's share as the peak
+  m.memory_bw = memory_bw * t;
   return m;
 }
 
@@ -111,25 +193,104 @@ double allreduce_s(double bytes, int n, double bw, double latency) {
   return 2.0 * (n - 1) * (latency + bytes / n / bw);
 }
 
-// The step-time model of one layout (docs/planner.md): forward FLOPs per stage and micro-batch
-// at the machine's sustained rate, backward twice that (plus the forward again under full
-// recompute, the attention core under selective), tensor-parallel all-reduces inside each
-// action, one pipeline message per F and B; the schedule simulated with these per-rank costs;
-// then the data-parallel reduction of the largest rank's gradients, not overlapped (expert
-// parallelism: the experts' over dp / ep ranks, the rest over dp). An MoE layer's all-to-alls
-// (two in the forward, two in the backward, two more under full recompute) move each rank's
-// routed rows, balanced, pairwise over the ep group.
+// Seconds of an all-reduce of `bytes` over a group of n ranks, g of them on each node: a ring on
+// the node's link where the group fits a node, else in two levels (a reduce-scatter and an
+// all-gather inside each node around a ring of 1/g of the bytes among the nodes, each rank on its
+// own inter-node link, as NCCL's rings over all of a node's network ports run).
+double group_allreduce_s(double bytes, int n, int g, const Machine& mc) {
+  if (n <= g) return allreduce_s(bytes, n, mc.intra_bw, mc.intra_latency);
+  return allreduce_s(bytes, g, mc.intra_bw, mc.intra_latency) +
+         allreduce_s(bytes / g, n / g, mc.inter_bw, mc.inter_latency);
+}
+
+// Seconds of work a rank does per micro-batch, by the schedule's kinds of action: forward,
+// backward-input (with the attention core's and the element-wise passes' backward) and
+// backward-weight; attn: the attention core's forward (what selective recompute repeats).
+struct Work {
+  double f = 0.0, bi = 0.0, bw = 0.0, attn = 0.0;
+  Work& operator+=(const Work& o) {
+    f += o.f, bi += o.bi, bw += o.bw, attn += o.attn;
+    return *this;
+  }
+  Work operator+(const Work& o) const { return Work(*this) += o; }
+  Work operator*(double x) const { return Work{f * x, bi * x, bw * x, attn * x}; }
+};
+
+// `count` products of `rows` rows of width k into n: the forward (rows, n, k), the input gradient
+// (rows, k, n) and the weight gradient (k, n, rows), each at its shape's rate.
+Work linear(const Machine& mc, double rows, double n, double k, double count = 1.0) {
+  const double flops = 2.0 * rows * n * k * count;
+  return Work{flops / mc.gemm_rate(rows, n, k), flops / mc.gemm_rate(rows, k, n),
+              flops / mc.gemm_rate(k, n, rows), 0.0};
+}
+
+// Element-wise passes moving `bytes` forward: twice that in the backward-input.
+Work elementwise(const Machine& mc, double bytes) {
+  if (mc.memory_bw <= 0.0) return {};
+  const double s = bytes / (mc.memory_bw * mc.efficiency);
+  return Work{s, 2.0 * s, 0.0, 0.0};
+}
+
+// One block on a tp rank for a micro-batch of B sequences (an MoE block where `moe`): its
+// products (an MoE layer's experts balanced: E / ep experts of ep B T top_k / E rows each), the
+// attention core (4 B T^2 C / tp FLOPs forward, twice that backward, at the machine's attention
+// share of the peak) and the element-wise passes: norms and residual sums, 10 values of the
+// residual stream a row (N / tp rows under sequence parallelism), the MLP's activation 2 (GELU)
+// or 3 (SwiGLU) values of its width, in the activation format.
+Work block_work(const ModelConfig& m, bool moe, double B, int tp, bool sp, int ep,
+                double value_bytes, const Machine& mc) {
+  const double T = m.seq_len, C = m.d_model, N = B * T;
+  const bool llama = m.arch == Arch::llama;
+  Work w = linear(mc, N, static_cast<double>(qkv_rows(m)) / tp, C) + linear(mc, N, C, C / tp);
+  double act = 0.0; // the MLP activation's values a token (all experts it goes to)
+  const auto mlp = [&](double rows, double width, double count) {
+    w += linear(mc, rows, (llama ? 2.0 : 1.0) * width / tp, C, count);
+    w += linear(mc, rows, C, width / tp, count);
+  };
+  if (moe) {
+    const double E = m.moe_experts, K = m.moe_top_k, S = m.moe_shared_experts;
+    w += linear(mc, N, E, C); // the router
+    mlp(N * ep * K / E, expert_width(m), E / ep);
+    if (S > 0) mlp(N, expert_width(m), S);
+    act = (K + S) * expert_width(m) / tp;
+  } else {
+    mlp(N, mlp_width(m), 1.0);
+    act = static_cast<double>(mlp_width(m)) / tp;
+  }
+  const double attn =
+      4.0 * B * T * T * C / tp / (mc.peak_flops * mc.attention_efficiency * mc.efficiency);
+  w += Work{attn, 2.0 * attn, 0.0, attn};
+  if (!mc.fused_attention) { // the scores written and read, the probabilities written and read
+    const Work passes = elementwise(mc, value_bytes * 4.0 * B * (m.n_head / tp) * T * T);
+    w += passes + Work{0.0, 0.0, 0.0, passes.f};
+  }
+  const double rows = sp && tp > 1 ? N / tp : N;
+  w += elementwise(mc, value_bytes * (10.0 * rows * C + (llama ? 3.0 : 2.0) * N * act));
+  return w;
+}
+
+// The step-time model of one layout (docs/planner.md): each block's and the head's products at
+// the machine's rate for their shapes, the attention core and the element-wise passes (above);
+// full recompute repeats the forward in the backward, selective the attention core; tensor-parallel
+// all-reduces inside each action, one pipeline message per F and B; the schedule simulated with
+// these per-rank costs; then the data-parallel reduction of the largest rank's gradients, not
+// overlapped (expert parallelism: the experts' over dp / ep ranks, the rest over dp). An MoE
+// layer's all-to-alls (two in the forward, two in the backward, two more under full recompute)
+// move each rank's routed rows, balanced, pairwise over the ep group.
 void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Candidate& c) {
   const ModelConfig& m = cfg.model;
   const double B = cfg.train.micro_batch, T = m.seq_len, C = m.d_model, V = m.vocab_size;
-  const double tp = c.tp, rate = mc.peak_flops * mc.efficiency;
-  const double layer_f = (2.0 * B * T * layer_matrix_params(m) + 4.0 * B * T * T * C) / tp;
-  const double attn_core = 4.0 * B * T * T * C / tp;
-  const double head_f = 2.0 * B * T * C * V / tp;
-  const bool tp_in_node = c.tp <= mc.ranks_per_node;
+  const double tp = c.tp;
   // activations and their messages in the activation format (docs/precision.md)
-  const double act_bytes =
-      (activation_format(cfg.device.precision) == ActFormat::bf16 ? 2.0 : 4.0) * B * T * C;
+  const double value_bytes = activation_format(cfg.device.precision) == ActFormat::bf16 ? 2.0 : 4.0;
+  const double act_bytes = value_bytes * B * T * C;
+  const Work dense = block_work(m, false, B, c.tp, c.sp, c.ep, value_bytes, mc);
+  const Work moe =
+      m.moe_experts > 0 ? block_work(m, true, B, c.tp, c.sp, c.ep, value_bytes, mc) : Work{};
+  // the head: its product and the fp32 logits written and read, forward and backward
+  Work head = linear(mc, B * T, V / tp, C);
+  head += elementwise(mc, 2.0 * 4.0 * B * T * V / tp);
+  const bool tp_in_node = c.tp <= mc.ranks_per_node;
   const double tp_ar = allreduce_s(act_bytes, c.tp, tp_in_node ? mc.intra_bw : mc.inter_bw,
                                    tp_in_node ? mc.intra_latency : mc.inter_latency);
   const bool pp_in_node = c.pp * c.dp * c.tp <= mc.ranks_per_node;
@@ -143,18 +304,20 @@ void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Can
   std::vector<schedule::Costs> costs(static_cast<std::size_t>(c.pp));
   double heaviest_params = 0.0, heaviest_experts = 0.0;
   for (int r = 0; r < c.pp; ++r) {
-    double f = 0.0, extra = 0.0, ar = 0.0, params = 0.0, experts = 0.0;
+    Work w;
+    double extra = 0.0, ar = 0.0, params = 0.0, experts = 0.0;
     for (int ch = 0; ch < s.v; ++ch) {
       const StageSpec spec = stage_spec(plan.layers, s.stage_of(r, ch));
       const int L = spec.layer_end - spec.layer_begin;
-      f += L * layer_f + (spec.last ? head_f : 0.0);
-      extra +=
-          c.recompute == "full" ? L * layer_f : (c.recompute == "selective" ? L * attn_core : 0);
-      ar += (2.0 * L + (spec.first ? 1 : 0)) * tp_ar; // per direction, per micro-batch
       int moe_layers = 0;
       for (int l = spec.layer_begin; l < spec.layer_end; ++l) moe_layers += is_moe_layer(m, l);
+      const Work blocks = dense * (L - moe_layers) + moe * moe_layers;
+      w += blocks;
+      if (spec.last) w += head;
+      extra += c.recompute == "full" ? blocks.f : (c.recompute == "selective" ? blocks.attn : 0);
+      ar += (2.0 * L + (spec.first ? 1 : 0)) * tp_ar; // per direction, per micro-batch
       ar += 2.0 * moe_layers * a2a; // the exchanges: per direction, as the all-reduces
-      extra += c.recompute == "full" ? 2.0 * moe_layers * a2a * rate : 0.0;
+      extra += c.recompute == "full" ? 2.0 * moe_layers * a2a : 0.0;
       const ParamLayout layout(m, spec, 0, c.tp, 0, c.ep);
       for (const ParamTensor& t : layout.tensors()) {
         (t.expert ? experts : params) += static_cast<double>(t.size);
@@ -164,21 +327,19 @@ void predict_time(const RunConfig& cfg, const Plan& plan, const Machine& mc, Can
     heaviest_experts = std::max(heaviest_experts, experts);
     // the simulator's actions are per chunk: a chunk's share of the rank's work, and a message
     const double per_chunk = 1.0 / s.v;
-    costs[static_cast<std::size_t>(r)] = schedule::Costs{
-        (f / rate + ar) * per_chunk + msg, ((2.0 * f + extra) / rate + ar) * per_chunk + msg,
-        ((f + extra) / rate + ar) * per_chunk + msg, f / rate * per_chunk, 0.0};
+    costs[static_cast<std::size_t>(r)] =
+        schedule::Costs{(w.f + ar) * per_chunk + msg, (w.bi + w.bw + extra + ar) * per_chunk + msg,
+                        (w.bi + extra + ar) * per_chunk + msg, w.bw * per_chunk, 0.0};
   }
   const schedule::Simulation sim = schedule::simulate(s, costs);
   double pipeline = sim.step_time;
   if (!sim.step_ends.empty()) { // 2bw: the steady middle step
     pipeline = sim.step_ends[1] - sim.step_ends[0];
   }
-  const bool dp_in_node = c.dp * c.tp <= mc.ranks_per_node;
+  const int dp_node = std::max(1, std::min(c.dp, mc.ranks_per_node / c.tp));
   const double dp_s =
-      allreduce_s(4.0 * heaviest_params, c.dp, dp_in_node ? mc.intra_bw : mc.inter_bw,
-                  dp_in_node ? mc.intra_latency : mc.inter_latency) +
-      allreduce_s(4.0 * heaviest_experts, c.dp / c.ep, dp_in_node ? mc.intra_bw : mc.inter_bw,
-                  dp_in_node ? mc.intra_latency : mc.inter_latency);
+      group_allreduce_s(4.0 * heaviest_params, c.dp, dp_node, mc) +
+      group_allreduce_s(4.0 * heaviest_experts, c.dp / c.ep, std::min(c.dp / c.ep, dp_node), mc);
   c.step_time_s = pipeline + dp_s;
   c.bubble = schedule::step_bubble(sim);
   const double tokens = static_cast<double>(cfg.train.global_batch) * m.seq_len;
@@ -209,6 +370,48 @@ std::vector<int> expert_degrees(const ModelConfig& m, int dp) {
   return out;
 }
 
+// The host backend with the CUDA backend's attention (its cuDNN path: the statistics and bf16
+// copies of the output and qkv, a (T,T) scratch tile), for the memory of a GPU rank.
+const Backend& gpu_attention() {
+  static const Backend be = [] {
+    Backend b = host_backend();
+    b.attention_floats = [](int B, int T, int C, int NH) {
+      return (cuda_ops::CudnnKept(B, T, C, NH).end + 3) / 4;
+    };
+    b.attention_keeps_qkv = [](int, int, int, int) { return true; };
+    b.attention_scratch = [](int, int T, int) { return static_cast<std::size_t>(T) * T; };
+    return b;
+  }();
+  return be;
+}
+
+// The schedules tried on pp ranks, with their chunks a rank: 1F1B, interleaved with 2 and 4
+// chunks, ZB-H1, ZB-V and DualPipeV (and "search" where asked); one stage: 1F1B stands for all
+// (the same work). A schedule or virtual_stages fixed by the caller narrows the list.
+std::vector<std::pair<std::string, int>>
+schedule_choices(int pp, bool with_search, const std::map<std::string, std::string>& fixed) {
+  std::vector<std::pair<std::string, int>> all = {{"1f1b", 1}};
+  if (pp > 1) {
+    all.insert(
+        all.end(),
+        {{"interleaved", 2}, {"interleaved", 4}, {"zb-h1", 1}, {"zb-v", 2}, {"dualpipev", 2}});
+    if (with_search) all.emplace_back("search", 1);
+  }
+  const auto sched = fixed.find("parallel.schedule");
+  if (sched != fixed.end()) {
+    all.erase(std::remove_if(all.begin(), all.end(),
+                             [&](const auto& c) { return c.first != sched->second; }),
+              all.end());
+    if (all.empty()) all.emplace_back(sched->second, schedule::default_chunks(sched->second));
+  }
+  if (fixed.count("parallel.virtual_stages")) { // the chunks are the caller's: one per schedule
+    all.erase(std::unique(all.begin(), all.end(),
+                          [](const auto& a, const auto& b) { return a.first == b.first; }),
+              all.end());
+  }
+  return all;
+}
+
 // Those that fit first, then by predicted step time and memory.
 void rank_candidates(std::vector<Candidate>& c) {
   std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
@@ -234,6 +437,8 @@ bool evaluate(const std::string& deck_text, const std::string& deck_path,
     return false; // not a valid layout of this model and batch
   }
   c.pp = cfg.parallel.pp, c.dp = cfg.parallel.dp, c.tp = cfg.parallel.tp, c.ep = cfg.parallel.ep;
+  c.v = cfg.parallel.virtual_stages;
+  if (mc.gpu) cfg.device.kind = DeviceKind::cuda; // memory as the CUDA backend allocates it
   if (c.tp > mc.ranks_per_node) return false;
   Plan plan;
   // partition = "time" profiles on the real machine; here its FLOPs stand in
@@ -251,8 +456,9 @@ bool evaluate(const std::string& deck_text, const std::string& deck_path,
   }
   const int dp_node = std::max(1, std::min(c.dp, mc.ranks_per_node / c.tp));
   for (int r = 0; r < c.pp; ++r) {
-    c.mem_bytes_per_rank =
-        std::max(c.mem_bytes_per_rank, predict_memory(cfg, plan, r, dp_node).total());
+    c.mem_bytes_per_rank = std::max(
+        c.mem_bytes_per_rank,
+        predict_memory(cfg, plan, r, dp_node, mc.gpu ? &gpu_attention() : nullptr).total());
   }
   c.fits = c.mem_bytes_per_rank <= 0.9 * mc.memory_bytes;
   predict_time(cfg, plan, mc, c);
@@ -296,12 +502,7 @@ std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::str
   for (int tp : pick_int("parallel.tp", divisors(ranks))) {
     for (int pp : pick_int("parallel.pp", divisors(std::max(1, ranks / tp)))) {
       const int dp = std::max(1, ranks / (tp * pp));
-      // one pipeline stage: every schedule is the same work, 1F1B stands for them
-      std::vector<std::string> schedules =
-          pp > 1 ? std::vector<std::string>{"1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"}
-                 : std::vector<std::string>{"1f1b"};
-      if (pp > 1 && with_search) schedules.push_back("search");
-      for (const std::string& sched : pick("parallel.schedule", schedules)) {
+      for (const auto& [sched, chunks] : schedule_choices(pp, with_search, fixed)) {
         for (const std::string& mb : pick("train.micro_batch", {"1", "2", "4", "8"})) {
           for (const std::string& rc : pick("train.recompute", {"none", "selective", "full"})) {
             for (int zero :
@@ -313,7 +514,7 @@ std::vector<Candidate> plan_layouts(const std::string& deck_text, const std::str
                   Candidate c;
                   c.pp = pp, c.dp = dp, c.tp = tp, c.ep = ep, c.schedule = sched;
                   c.recompute = rc, c.micro_batch = std::stoi(mb), c.zero = zero, c.sp = sp == 1;
-                  c.v = schedule::default_chunks(sched);
+                  c.v = chunks;
                   if (evaluate(deck_text, deck_path, overrides, fixed, ranks, mc, m, c)) {
                     out.push_back(c);
                   }

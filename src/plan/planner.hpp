@@ -13,11 +13,31 @@ namespace pt {
 struct Machine {
   std::string name;
   double peak_flops = 0.0; // per rank, at the training precision
-  double efficiency = 0.5; // fraction of the peak the model's matrix products reach
+  // the share of the isolated rates (the peak or the gemm table, the attention core's, the
+  // memory bandwidth) a training step sustains
+  double efficiency = 0.5;
   double memory_bytes = 0; // per rank
   int ranks_per_node = 1;
   double intra_bw = 0.0, intra_latency = 0.0; // bytes/s and s, between ranks of a node
   double inter_bw = 0.0, inter_latency = 0.0; // per rank, across nodes
+  // machine.gemm: measured or published rates of matrix products (m x k times k x n) by shape,
+  // in FLOP/s; empty: every product at peak_flops * efficiency
+  struct GemmRate {
+    double m, n, k, flops;
+  };
+  std::vector<GemmRate> gemm;
+  double attention_efficiency = 1.0; // the attention core's rate in isolation, over the peak
+  double memory_bw = 0.0;            // bytes/s of element-wise passes in isolation; 0: not counted
+  bool gpu = false; // machine.device = "cuda": ranks are GPUs, planned as the CUDA backend runs
+  // machine.attention = "fused": the attention core never writes its B NH T^2 scores to memory
+  // (flash-style kernels); "unfused": they make memory passes at memory_bw
+  bool fused_attention = false;
+
+  // FLOP/s a training step sustains in an (m, n, k) product: efficiency times the table
+  // interpolated in log2(m, n, k) at the shape clamped into the table's range, capped by the
+  // memory roofline of bf16 operands where memory_bw is set; without a table, efficiency times
+  // the peak.
+  double gemm_rate(double m, double n, double k) const;
   // machine.thread_speedup: (threads, a rank's sustained rate over one thread's), ascending;
   // {1, 1} alone where the file has none
   std::vector<std::pair<int, double>> thread_speedup{{1, 1.0}};

@@ -6,7 +6,8 @@
 //   bf16>f32  cuBLAS on operands already in bf16, fp32 result;
 //   bf16>bf16 cuBLAS on operands already in bf16, bf16 result;
 // and prints ms per call, TFLOP/s, and the step's totals (block layers times n_layer). The gap
-// between "ops" and the two cuBLAS columns is what bf16 activation storage can win.
+// between "ops" and the two cuBLAS columns is what bf16 activation storage can win. Last, the
+// bf16>bf16 rates as a planner machine file's `gemm` rows (docs/planner.md).
 //
 // Usage: pt_bench_gemm_shapes [N=16384] [C=768] [V=50304] [layers=12] [reps=20]
 // (N = micro-batch x sequence rows). Exits 77 where no GPU is visible.
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
   std::printf("  %-10s %-8s %6s %6s %6s  %16s %16s %16s\n", "layer", "product", "M", "N", "K",
               "ops (fp32 io)", "bf16>f32", "bf16>bf16");
   double total[3] = {0, 0, 0};
+  std::string table; // the bf16>bf16 rates as a machine file's gemm rows (docs/planner.md)
   for (const Layer& l : layers) {
     const std::size_t nin = static_cast<std::size_t>(N) * l.in,
                       nout = static_cast<std::size_t>(N) * l.out,
@@ -190,6 +192,10 @@ int main(int argc, char** argv) {
       std::printf("  %-10s %-8s %6d %6d %6d  %7.3f (%6.1f) %7.3f (%6.1f) %7.3f (%6.1f)\n", l.name,
                   r.what, r.m, r.n, r.k, r.ops, flops / r.ops / 1e9, r.f32, flops / r.f32 / 1e9,
                   r.b16, flops / r.b16 / 1e9);
+      char entry[96];
+      std::snprintf(entry, sizeof entry, "%s[%d, %d, %d, %.1f]", table.empty() ? "" : ", ", r.m,
+                    r.n, r.k, flops / r.b16 / 1e9);
+      table += entry;
       total[0] += l.count * r.ops;
       total[1] += l.count * r.f32;
       total[2] += l.count * r.b16;
@@ -197,6 +203,7 @@ int main(int argc, char** argv) {
   }
   std::printf("  per step (block layers x %d): ops %.2f ms, bf16>f32 %.2f ms, bf16>bf16 %.2f ms\n",
               L, total[0], total[1], total[2]);
+  std::printf("machine file rows (bf16>bf16, TFLOP/s):\ngemm = [%s]\n", table.c_str());
   cublasDestroy(h);
   co::finalize();
   return 0;
