@@ -46,13 +46,9 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
         break;
       case MessageBuffer::received_gradient:
         recv_buf_.try_emplace(MsgKey{1, a.mb, a.chunk}, NC, msg_mem);
-        if (copies) grad_dev_.try_emplace(key, NC, mem);
         break;
       case MessageBuffer::gradient_send:
         grad_send_buf_.try_emplace(key, NC, msg_mem);
-        break;
-      case MessageBuffer::local_gradient: // V placement: in backend memory
-        grad_send_buf_.try_emplace(key, NC, mem);
         break;
       case MessageBuffer::activation_send:
         if (copies) act_send_buf_.try_emplace(key, NC);
@@ -65,9 +61,11 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   // NCCL receives are queued that only a peer's sends complete.
   const std::vector<schedule::ChunkUse> use = schedule::chunk_use(*actions_, v_);
   split_.assign(static_cast<std::size_t>(v_), false);
+  keeps_dout_.assign(static_cast<std::size_t>(v_), false);
   for (int c = 0; c < v_; ++c) {
     const schedule::ChunkUse& u = use[static_cast<std::size_t>(c)];
     split_[static_cast<std::size_t>(c)] = u.split;
+    keeps_dout_[static_cast<std::size_t>(c)] = schedule::slot_keeps_gradient(sched, me_, c, copies);
     if (u.whole) chunks_[static_cast<std::size_t>(c)]->prepare_backward();
     for (int i = 0; i < u.peak_live; ++i) acquire(c, -1 - i);
     for (int i = 0; i < u.peak_live; ++i) release(c, -1 - i);
@@ -97,6 +95,10 @@ PipelineEngine::Slot& PipelineEngine::acquire(int chunk, int mb) {
     fresh->acts = chunks_[static_cast<std::size_t>(chunk)]->make_activations();
     if (split_[static_cast<std::size_t>(chunk)]) {
       fresh->stash = chunks_[static_cast<std::size_t>(chunk)]->make_stash();
+    }
+    if (keeps_dout_[static_cast<std::size_t>(chunk)]) {
+      const Backend& be = chunks_[static_cast<std::size_t>(chunk)]->backend();
+      fresh->dout = FloatBuffer(static_cast<std::size_t>(N_) * C_, Memory{be.alloc, be.release});
     }
     s = fresh.get();
     slots_[static_cast<std::size_t>(chunk)].push_back(std::move(fresh));
@@ -133,15 +135,18 @@ float* PipelineEngine::recv_buffer(const Step& st, int dir, int mb, int chunk) {
 
 const float* PipelineEngine::received_grad(GptStage& stage, int mb, int chunk) {
   if (stage.spec().last) return nullptr;
-  if (const int next = local_neighbour(chunk, +1); next >= 0) {
-    return grad_send_buf_.at({mb, next}).data(); // written by this rank's next chunk
-  }
+  FloatBuffer& dout = live_.at({mb, chunk})->dout;
+  if (local_neighbour(chunk, +1) >= 0) return dout.data(); // written by this rank's next chunk
   const float* host = recv_buf_.at(MsgKey{1, mb, chunk}).data();
-  if (!staged_ || transport_.device())
+  if (!keeps_dout_[static_cast<std::size_t>(chunk)])
     return host; // host memory that the stage reads, or backend memory
-  float* dev = grad_dev_.at(Key{mb, chunk}).data();
-  stage.backend().copy(dev, host, static_cast<std::size_t>(N_) * C_ * sizeof(float));
-  return dev;
+  stage.backend().copy(dout.data(), host, dout.bytes());
+  return dout.data();
+}
+
+float* PipelineEngine::input_grad(int mb, int chunk) {
+  const int prev = local_neighbour(chunk, -1);
+  return prev >= 0 ? live_.at({mb, prev})->dout.data() : grad_send_buf_.at({mb, chunk}).data();
 }
 
 const float* PipelineEngine::sendable(GptStage& stage, const float* x, FloatBuffer& host) {
@@ -304,7 +309,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     stage.use_weights(policy_.weights_for(a.chunk, step_of(st, a.mb).first));
     timed(st, a, [&] {
       const float* dout = received_grad(stage, a.mb, a.chunk);
-      float* d_input = stage.spec().first ? nullptr : grad_send_buf_.at({a.mb, a.chunk}).data();
+      float* d_input = stage.spec().first ? nullptr : input_grad(a.mb, a.chunk);
       stage.backward(s.acts, dout, loss_scale_, d_input);
     });
     return finish_slot(st, a.chunk, a.mb);
@@ -315,8 +320,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
       const float* dout = received_grad(stage, a.mb, a.chunk);
       stage.backward_input(s.acts, dout, loss_scale_, s.stash);
       if (!stage.spec().first) {
-        stage.backend().copy(grad_send_buf_.at({a.mb, a.chunk}).data(), s.stash.d_input.data(),
-                             NC * sizeof(float));
+        stage.backend().copy(input_grad(a.mb, a.chunk), s.stash.d_input.data(), NC * sizeof(float));
         stage.backend().synchronize(); // SEND_GRAD reads it (from the host side, with MPI)
       }
     });

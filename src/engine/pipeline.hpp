@@ -80,6 +80,9 @@ private:
   struct Slot {
     StageActivations acts;
     StageStash stash; // made with the slot where the chunk splits its backward (BI/BW)
+    // the gradient of the output, in backend memory, where schedule::slot_keeps_gradient: written
+    // by this rank's next chunk, or copied in from the receive buffer
+    FloatBuffer dout;
   };
   using Key = std::pair<int, int>;   // (mb, chunk)
   using MsgKey = PipeTransport::Msg; // (dir 0 activation / 1 gradient, mb, chunk)
@@ -96,9 +99,11 @@ private:
   int local_neighbour(int chunk, int dir) const;
   void release(int chunk, int mb);
   float* recv_buffer(const Step& st, int dir, int mb, int chunk);
-  // The received output gradient of (mb, chunk) where the stage can read it (null on the last
-  // stage): the receive buffer, or its copy in backend memory when staged.
+  // The output gradient of (mb, chunk) where the stage can read it (null on the last stage): the
+  // receive buffer, or the slot's (written by this rank's next chunk, or copied in when staged).
   const float* received_grad(GptStage& stage, int mb, int chunk);
+  // Where the input gradient of (mb, chunk) goes: the send buffer, or the previous chunk's slot.
+  float* input_grad(int mb, int chunk);
   // x itself, or (staged) x copied into the host buffer `host`, ready for MPI.
   const float* sendable(GptStage& stage, const float* x, FloatBuffer& host);
   // The sampler's rows [first, first + B) of `step` into the slot's tokens and targets (through
@@ -124,7 +129,8 @@ private:
   // activation slots per chunk, reused across micro-batches and steps
   std::vector<std::vector<std::unique_ptr<Slot>>> slots_;
   std::vector<std::vector<Slot*>> free_;
-  std::vector<bool> split_; // per chunk: its backward runs as BI then BW
+  std::vector<bool> split_;      // per chunk: its backward runs as BI then BW
+  std::vector<bool> keeps_dout_; // per chunk: its slots keep a gradient (Slot::dout)
   std::map<Key, Slot*> live_;
   // one buffer per receive and per gradient send of the list (N*C floats each); host memory for
   // MPI, backend memory for NCCL
@@ -132,7 +138,6 @@ private:
   std::map<Key, FloatBuffer> grad_send_buf_;
   // staged (GPU backend): MPI sees host memory only, whatever the MPI's single-copy mechanism
   bool staged_ = false;
-  std::map<Key, FloatBuffer> grad_dev_;     // received gradients in backend memory
   std::map<Key, FloatBuffer> act_send_buf_; // activations copied out for SEND_ACT
   // evaluation's messages in host memory: its receives, and (staged) its sends' copies
   std::map<MsgKey, FloatBuffer> eval_recv_;

@@ -169,7 +169,7 @@ double reducers_scratch(const RunConfig& cfg, const std::vector<double>& dense_l
 
 // Bytes of the engine's message buffers on pipeline rank pp_rank: those of every list a step
 // may run (schedule::message_buffers, the engine's list; 2bw: its eight step lists). Host memory;
-// on a GPU (MPI staging, untested here) only the device copy of each received gradient.
+// none on a GPU (the device copy of a received gradient lives in its micro-batch's slot).
 double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule::Schedule& sched,
                      int pp_rank, const std::vector<schedule::ChunkUse>& use) {
   using schedule::MessageBuffer;
@@ -187,10 +187,8 @@ double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule:
   double bytes = 0.0;
   const auto count = [&](MessageBuffer kind, const schedule::Action& a) {
     if (!made.insert({static_cast<int>(kind), a.mb, a.chunk}).second) return;
-    const bool counted =
-        kind == MessageBuffer::local_gradient ||
-        (gpu ? kind == MessageBuffer::received_gradient : kind != MessageBuffer::activation_send);
-    if (counted) bytes += buf(s.R * s.C);
+    // host memory for MPI: on a GPU none of the device's (its copies live in the slots)
+    if (!gpu && kind != MessageBuffer::activation_send) bytes += buf(s.R * s.C);
   };
   for (const auto* list : lists) schedule::message_buffers(sched, pp_rank, *list, count);
   const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
@@ -267,7 +265,11 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     const schedule::ChunkUse& u = use[static_cast<std::size_t>(c)];
     const bool split = u.split, fused = u.whole;
     const int peak = u.peak_live;
-    const double slot = slot_bytes(s, spec, rc) + (split ? stash_bytes(s, spec, blocks) : 0.0);
+    // the slot: activations, a split backward's stash, the gradient of its output where kept
+    const bool gpu = cfg.device.kind == DeviceKind::cuda;
+    const double slot =
+        slot_bytes(s, spec, rc) + (split ? stash_bytes(s, spec, blocks) : 0.0) +
+        (schedule::slot_keeps_gradient(sched, pp_rank, c, gpu) ? buf(s.R * s.C) : 0.0);
     e.per_slot += slot;
     e.slots = std::max(e.slots, peak);
     e.activations += peak * slot;

@@ -91,12 +91,12 @@ std::vector<ChunkUse> chunk_use(const std::vector<Action>& actions, int chunks);
 // The message buffers PipelineEngine keeps for one of rank `rank`'s lists under placement s:
 // f(kind, action) for each action that needs one. A buffer is kept per (kind, micro-batch id,
 // chunk): actions of the same key share it. The engine allocates them and the memory model
-// counts them from this one list.
+// counts them from this one list. (A gradient that stays on the rank, or is copied into a GPU's
+// memory, lives in the receiving micro-batch's activation slot instead: slot_keeps_gradient.)
 enum class MessageBuffer {
   received_activation, // RECV_ACT's
   received_gradient,   // RECV_GRAD's
   gradient_send,       // SEND_GRAD's
-  local_gradient,      // B or BI's input gradient for this rank's previous chunk (V placement)
   activation_send,     // SEND_ACT's (a copy, where the messages are staged)
 };
 template <class Fn>
@@ -108,13 +108,20 @@ void message_buffers(const Schedule& s, int rank, const std::vector<Action>& lis
       f(MessageBuffer::received_gradient, a);
     } else if (a.op == Op::SEND_GRAD) {
       f(MessageBuffer::gradient_send, a);
-    } else if (a.op == Op::B || a.op == Op::BI) {
-      const int st = s.stage_of(rank, a.chunk);
-      if (st > 0 && s.rank_of(st - 1) == rank) f(MessageBuffer::local_gradient, a);
     } else if (a.op == Op::SEND_ACT) {
       f(MessageBuffer::activation_send, a);
     }
   }
+}
+
+// Whether each activation slot of chunk `chunk` of rank `rank` keeps a buffer for the gradient of
+// its output (as long as the micro-batch's slot lives: until its backward-weight): where that
+// gradient comes from this rank's own next chunk (V placement), or, `staged`, from another rank
+// into a GPU's memory. Not on the last stage (the loss).
+inline bool slot_keeps_gradient(const Schedule& s, int rank, int chunk, bool staged) {
+  const int st = s.stage_of(rank, chunk);
+  if (st + 1 >= s.stages()) return false;
+  return staged || s.rank_of(st + 1) == rank;
 }
 
 // Every channel of the schedule, ordered by (grad, from, to): the same list on every rank, so
