@@ -195,7 +195,7 @@ double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule:
   // bf16 over MPI (comm/p2p.hpp): receives are widened and gradient sends packed in place; an
   // activation send is packed into a copy held until it completes, before its micro-batch's
   // slot is freed: at most one copy per live slot of a chunk that sends activations
-  if (s.packed) {
+  if (s.packed && !gpu) { // host memory: none of a GPU's
     std::set<int> sends;
     for (const schedule::Action& a : actions) {
       if (a.op == Op::SEND_ACT) sends.insert(a.chunk);
