@@ -15,6 +15,8 @@
   device.threads keeps only that count; dp 2 at 12 threads a rank is predicted faster than at one
   thread by the machine.thread_speedup set for 12 (all but the all-reduce); a bad thread_speedup
   is refused with exit 2;
+- `pipetrain-bench gemm` prints 8 machine-file rows for --sizes 64,128; a machine file with them
+  plans, and the same rates doubled predict a step under 0.75 of it;
 - mixtral-tiny on 8 ranks: ep 1, 2, 4, 8 layouts, ep 8 lighter and slower than ep 1."""
 import json
 import os
@@ -126,6 +128,34 @@ refused = plan("--nodes", "1", "--cores-per-node", "24", "--machine", f.name)
 if refused.returncode != 2 or "thread_speedup" not in refused.stderr:
     bad.append(f"a thread_speedup not starting at 1 gave exit {refused.returncode}")
 os.unlink(f.name)
+# GEMM rates by shape: `pipetrain-bench gemm` writes the rows (every m, n, k of --sizes) that a
+# machine file takes; the planner reads them, and the same table at twice the rates predicts a
+# faster step (the products dominate this layout's step; attention and all-reduces do not scale)
+bench = os.path.join(os.path.dirname(exe), "pipetrain-bench")
+out = subprocess.run([bench, "gemm", "--sizes", "64,128", "--seconds", "0.01"],
+                     capture_output=True, text=True)
+table = out.stdout[out.stdout.find("gemm = ["):]
+rates = [float(r.split("]")[0].split(",")[3]) for r in table.split("[")[2:]]
+print(f"pipetrain-bench gemm: {len(rates)} rows")
+if out.returncode != 0 or len(rates) != 8 or min(rates, default=0) <= 0:
+    bad.append(f"pipetrain-bench gemm --sizes 64,128 gave {len(rates)} rows, exit {out.returncode}")
+else:
+    host = open(os.path.join(root, "inputs", "machines", "dev-host.toml")).read()
+    steps = []
+    for scale in (1, 2):
+        doubled = "gemm = [" + ", ".join(
+            "[" + ", ".join(r.split("]")[0].split(",")[:3]) + f", {x * scale}]"
+            for r, x in zip(table.split("[")[2:], rates)) + "]"
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(host.replace("[machine]\n", "[machine]\n" + doubled + "\n"))
+        rows = json.loads(plan("parallel.pp=1", "parallel.tp=1", "train.micro_batch=1",
+                               'train.recompute="none"', "parallel.zero=0", "--ranks", "8",
+                               "--machine", f.name, "--json").stdout or "[]")
+        os.unlink(f.name)
+        steps.append(rows[0]["step_time_s"] if rows else 0.0)
+    print(f"the table's rates doubled: step {steps[1]:.3g} s against {steps[0]:.3g} s")
+    if not (0.0 < steps[1] < 0.75 * steps[0]):
+        bad.append(f"doubling the gemm table's rates gave steps {steps}")
 # expert parallelism: mixtral-tiny (8 experts) on 8 ranks ranks ep 1, 2, 4 and 8 layouts, each
 # ep dividing dp and the experts; on one layout ep shards the experts (less memory a rank) and
 # adds the all-to-alls (more time than ep 1 on this tiny model)

@@ -43,5 +43,6 @@ int bench_allreduce(const Args& a);
 int bench_alltoall(const Args& a);
 int simulate(const Args& a);
 int calibrate(const Args& a);
+int bench_gemm(const Args& a); // no MPI
 
 } // namespace bench

@@ -6,6 +6,7 @@
 //          [--ranks-per-node N] [--topology T | --calibration FILE] [--seconds 0.1]
 //   build/pipetrain-bench simulate --nodes N [--ranks-per-node G] [--topology T | --calibration F]
 //   mpirun -np P build/pipetrain-bench calibrate [--out calibration.toml] [--ranks-per-node N]
+//   build/pipetrain-bench gemm [--sizes 256,512,1024,2048] [--seconds 0.2]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -100,12 +101,13 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: pipetrain-bench allreduce|alltoall|simulate|calibrate [options]\n"
+               "usage: pipetrain-bench allreduce|alltoall|simulate|calibrate|gemm [options]\n"
                "  mpirun -np P pipetrain-bench allreduce|alltoall [--min-bytes B] [--max-bytes B] "
                "[--seconds S] [--ranks-per-node N] [--topology T | --calibration F]\n"
                "  pipetrain-bench simulate --nodes N [--ranks-per-node G] "
                "[--topology flat|fat-tree|tianhe | --calibration F]\n"
-               "  mpirun -np P pipetrain-bench calibrate [--out FILE] [--ranks-per-node N]\n");
+               "  mpirun -np P pipetrain-bench calibrate [--out FILE] [--ranks-per-node N]\n"
+               "  pipetrain-bench gemm [--sizes 256,512,1024,2048] [--seconds S]\n");
   return 2;
 }
 
@@ -118,6 +120,7 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) a.rest.emplace_back(argv[i]);
   try {
     if (cmd == "simulate") return bench::simulate(a); // a model: no MPI needed
+    if (cmd == "gemm") return bench::bench_gemm(a);
     if (cmd != "allreduce" && cmd != "alltoall" && cmd != "calibrate") return usage();
     MPI_Init(&argc, &argv);
     const int code = cmd == "allreduce"  ? bench::bench_allreduce(a)
