@@ -91,6 +91,10 @@ PipeTransport::Handle PipeTransport::irecv(float* x, int dir, int mb, int chunk,
   return h;
 }
 
+PipeTransport::Handle PipeTransport::receive(const schedule::Action& a, float* x) {
+  return irecv(x, a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk, a.peer);
+}
+
 std::map<PipeTransport::Msg, PipeTransport::Handle>
 PipeTransport::receive_step(const std::vector<schedule::Action>& actions,
                             const std::function<float*(const Msg&)>& buffer, bool over_mpi) {

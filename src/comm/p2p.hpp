@@ -59,6 +59,9 @@ public:
   std::map<Msg, Handle> receive_step(const std::vector<schedule::Action>& actions,
                                      const std::function<float*(const Msg&)>& buffer,
                                      bool over_mpi = false);
+  // Posts over MPI the receive of RECV_ACT or RECV_GRAD action `a` into x (n floats of host
+  // memory): a step's receives one by one, as their buffers free (PipelineEngine).
+  Handle receive(const schedule::Action& a, float* x);
   // Starts sending x[0, n), left unchanged until wait(): (dir, mb, chunk) are this rank's, peer
   // the receiving pipeline rank; over_mpi as for receive_step. consume: x is not read again by
   // anyone, so bf16 packs it in place (else into a copy taken from a pool until wait()).

@@ -1,9 +1,11 @@
 #include "engine/pipeline.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 
 #include "util/clock.hpp"
+#include "util/errors.hpp"
 #include "util/test_hooks.hpp"
 
 namespace pt {
@@ -37,15 +39,18 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
   const Memory msg_mem = transport_.device() ? mem : Memory{};
   const bool copies = staged_ && !transport_.device();
   using schedule::MessageBuffer;
+  // each direction's receive buffers: over MPI a pool that receives take as they free
+  // (schedule::receive_buffers); NCCL links post a step's every receive at once
+  std::array<std::size_t, 2> pool{0, 0};
   for (const std::vector<Action>* list : policy_.lists()) { // every list a step may run
+    std::array<std::size_t, 2> receives{0, 0};
+    const std::array<int, 2> needed = schedule::receive_buffers(*list);
     schedule::message_buffers(sched, me_, *list, [&](MessageBuffer kind, const Action& a) {
       const Key key{a.mb, a.chunk};
       switch (kind) {
       case MessageBuffer::received_activation:
-        recv_buf_.try_emplace(MsgKey{0, a.mb, a.chunk}, NC, msg_mem);
-        break;
-      case MessageBuffer::received_gradient:
-        recv_buf_.try_emplace(MsgKey{1, a.mb, a.chunk}, NC, msg_mem);
+      case MessageBuffer::received_gradient: // the receive pools, below
+        ++receives[kind == MessageBuffer::received_gradient ? 1 : 0];
         break;
       case MessageBuffer::gradient_send:
         grad_send_buf_.try_emplace(key, NC, msg_mem);
@@ -55,6 +60,13 @@ PipelineEngine::PipelineEngine(const RunConfig& cfg, const Layout& layout,
         break;
       }
     });
+    for (std::size_t dir = 0; dir < 2; ++dir) {
+      pool[dir] = std::max(pool[dir], transport_.device() ? receives[dir]
+                                                          : static_cast<std::size_t>(needed[dir]));
+    }
+  }
+  for (std::size_t dir = 0; dir < 2; ++dir) {
+    for (std::size_t i = 0; i < pool[dir]; ++i) recv_pool_[dir].emplace_back(NC, msg_mem);
   }
   // Every activation slot (and stash) the list needs at its peak is made now, not at its first
   // use: freeing (and maybe allocating) GPU memory waits for the device's other streams, where
@@ -119,25 +131,79 @@ struct PipelineEngine::Step {
   std::int64_t first_sample; // this dp replica's first sample of the step
   const Sampler& sampler;
   StepTimes& t;
-  std::map<MsgKey, PipeTransport::Handle> recv;
-  std::vector<PipeTransport::Handle> grad_sends;
+  std::map<MsgKey, PipeTransport::Handle> recv{};
+  // the step's receives not yet posted (list order), the pool buffer each posted one holds, and
+  // each direction's free buffers
+  std::array<std::deque<const Action*>, 2> pending{};
+  std::map<MsgKey, std::size_t> held{};
+  std::array<std::vector<std::size_t>, 2> free{};
+  std::vector<PipeTransport::Handle> grad_sends{};
   double loss_sum = 0.0;
   bool dropped = false;    // test hook drop_send: the first SEND_ACT was skipped
   bool evaluating = false; // evaluation's list: no backward, messages over MPI, not traced
+  const std::vector<Action>* actions = nullptr; // the list this run executes
   std::string what() const {
     return evaluating ? "validation" : "step " + std::to_string(step + 1);
   }
 };
 
 float* PipelineEngine::recv_buffer(const Step& st, int dir, int mb, int chunk) {
-  return (st.evaluating ? eval_recv_ : recv_buf_).at(MsgKey{dir, mb, chunk}).data();
+  const MsgKey key{dir, mb, chunk};
+  if (st.evaluating) return eval_recv_.at(key).data();
+  return recv_pool_[static_cast<std::size_t>(dir)][st.held.at(key)].data();
 }
 
-const float* PipelineEngine::received_grad(GptStage& stage, int mb, int chunk) {
+void PipelineEngine::start_receives(Step& st) {
+  for (std::size_t dir = 0; dir < 2; ++dir) {
+    st.free[dir].resize(recv_pool_[dir].size());
+    for (std::size_t i = 0; i < st.free[dir].size(); ++i)
+      st.free[dir][i] = st.free[dir].size() - 1 - i;
+  }
+  const std::vector<Action>& actions = *st.actions;
+  if (transport_.device()) { // NCCL: every receive now, in each link's order, a buffer each
+    st.recv = transport_.receive_step(actions, [&](const MsgKey& k) {
+      const auto dir = static_cast<std::size_t>(std::get<0>(k));
+      const std::size_t b = st.free[dir].back();
+      st.free[dir].pop_back();
+      st.held[k] = b;
+      return recv_pool_[dir][b].data();
+    });
+    return;
+  }
+  for (const Action& a : actions) {
+    if (a.op == Op::RECV_ACT || a.op == Op::RECV_GRAD)
+      st.pending[a.op == Op::RECV_ACT ? 0 : 1].push_back(&a);
+  }
+  post_receives(st);
+}
+
+void PipelineEngine::post_receives(Step& st) {
+  for (std::size_t dir = 0; dir < 2; ++dir) {
+    while (!st.pending[dir].empty() && !st.free[dir].empty()) {
+      const Action& a = *st.pending[dir].front();
+      st.pending[dir].pop_front();
+      const MsgKey key{static_cast<int>(dir), a.mb, a.chunk};
+      const std::size_t b = st.free[dir].back();
+      st.free[dir].pop_back();
+      st.held[key] = b;
+      st.recv[key] = transport_.receive(a, recv_pool_[dir][b].data());
+    }
+  }
+}
+
+void PipelineEngine::consumed(Step& st, int dir, int mb, int chunk) {
+  const auto it = st.held.find(MsgKey{dir, mb, chunk});
+  if (st.evaluating || transport_.device() || it == st.held.end()) return;
+  st.free[static_cast<std::size_t>(dir)].push_back(it->second);
+  st.held.erase(it);
+  post_receives(st);
+}
+
+const float* PipelineEngine::received_grad(const Step& st, GptStage& stage, int mb, int chunk) {
   if (stage.spec().last) return nullptr;
   FloatBuffer& dout = live_.at({mb, chunk})->dout;
   if (local_neighbour(chunk, +1) >= 0) return dout.data(); // written by this rank's next chunk
-  const float* host = recv_buf_.at(MsgKey{1, mb, chunk}).data();
+  const float* host = recv_buffer(st, 1, mb, chunk);
   if (!keeps_dout_[static_cast<std::size_t>(chunk)])
     return host; // host memory that the stage reads, or backend memory
   stage.backend().copy(dout.data(), host, dout.bytes());
@@ -186,15 +252,12 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t, bool 
       last_weight[static_cast<std::size_t>(actions[i].chunk)] = i;
     }
   }
-  // every receive of the step is posted before any action runs
-  Step st{
-      step,
-      static_cast<std::int64_t>(layout_.coords().dp) * cfg_.parallel.micro_batches *
-          cfg_.train.micro_batch,
-      sampler,
-      t,
-      transport_.receive_step(actions, [this](const MsgKey& k) { return recv_buf_.at(k).data(); }),
-      {}};
+  Step st{step,
+          static_cast<std::int64_t>(layout_.coords().dp) * cfg_.parallel.micro_batches *
+              cfg_.train.micro_batch,
+          sampler, t};
+  st.actions = &actions;
+  start_receives(st); // as many as the pools hold; the rest as their buffers free
   for (std::size_t ai = 0; ai < actions.size(); ++ai) {
     const Action& a = actions[ai];
     GptStage& stage = *chunks_[static_cast<std::size_t>(a.chunk)];
@@ -250,8 +313,10 @@ void PipelineEngine::waited(Step& st, double seconds, int mb, int chunk) {
   trace_->add("wait", now - seconds, now, st.step, mb, chunk);
 }
 
-// A micro-batch's activation send must be complete before its slot is reused.
+// A micro-batch's activation send must be complete before its slot is reused; its received
+// gradient is no longer read.
 void PipelineEngine::finish_slot(Step& st, int chunk, int mb) {
+  consumed(st, 1, mb, chunk);
   if (auto it = act_sends_.find({mb, chunk}); it != act_sends_.end()) {
     waited(st,
            transport_.wait(it->second, "completion of SEND_ACT(mb " + std::to_string(mb) +
@@ -268,6 +333,9 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   switch (a.op) {
   case Op::RECV_ACT:
   case Op::RECV_GRAD:
+    if (!st.recv.count({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk})) {
+      fatal("internal error: " + schedule::describe(a) + " reached before its receive was posted");
+    }
     return waited(st,
                   transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
                                   schedule::describe(a) + " (pipeline rank " + std::to_string(me_) +
@@ -277,7 +345,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     Slot& s = acquire(a.chunk, a.mb);
     const auto [step, j] = step_of(st, a.mb);
     if (!st.evaluating) stage.use_weights(policy_.weights_for(a.chunk, step));
-    return timed(st, a, [&] {
+    timed(st, a, [&] {
       if (stage.spec().first || stage.spec().last) {
         load_batch(stage, s.acts, st.sampler, step,
                    st.first_sample + static_cast<std::int64_t>(j) * B);
@@ -290,6 +358,8 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
       }
       st.loss_sum += stage.forward(s.acts, st.evaluating ? 0.0f : loss_scale_);
     });
+    if (staged_) stage.backend().synchronize(); // the copy into the slot has read the buffer
+    return consumed(st, 0, a.mb, a.chunk);
   }
   case Op::SEND_ACT: {
     if (drop_first_send_ && !st.dropped && !st.evaluating) { // test-only: the hang watchdog
@@ -308,7 +378,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
     Slot& s = *live_.at({a.mb, a.chunk});
     stage.use_weights(policy_.weights_for(a.chunk, step_of(st, a.mb).first));
     timed(st, a, [&] {
-      const float* dout = received_grad(stage, a.mb, a.chunk);
+      const float* dout = received_grad(st, stage, a.mb, a.chunk);
       float* d_input = stage.spec().first ? nullptr : input_grad(a.mb, a.chunk);
       stage.backward(s.acts, dout, loss_scale_, d_input);
     });
@@ -317,7 +387,7 @@ void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   case Op::BI: {
     Slot& s = *live_.at({a.mb, a.chunk});
     return timed(st, a, [&] {
-      const float* dout = received_grad(stage, a.mb, a.chunk);
+      const float* dout = received_grad(st, stage, a.mb, a.chunk);
       stage.backward_input(s.acts, dout, loss_scale_, s.stash);
       if (!stage.spec().first) {
         stage.backend().copy(input_grad(a.mb, a.chunk), s.stash.d_input.data(), NC * sizeof(float));
@@ -345,13 +415,9 @@ double PipelineEngine::evaluate(const Sampler& sampler, int batches) {
   StepTimes times; // not reported
   double sum = 0.0;
   for (int j = layout_.coords().dp; j < batches; j += layout_.dp()) {
-    Step st{0,
-            static_cast<std::int64_t>(j) * cfg_.train.micro_batch,
-            sampler,
-            times,
-            transport_.receive_step(
-                actions, [this](const MsgKey& k) { return eval_recv_.at(k).data(); }, true),
-            {}};
+    Step st{0, static_cast<std::int64_t>(j) * cfg_.train.micro_batch, sampler, times};
+    st.recv = transport_.receive_step(
+        actions, [this](const MsgKey& k) { return eval_recv_.at(k).data(); }, true);
     st.evaluating = true;
     for (const Action& a : actions) execute(a, *chunks_[static_cast<std::size_t>(a.chunk)], st);
     for (const Action& a : actions) { // the slots stay live until every local chunk has read

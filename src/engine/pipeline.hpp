@@ -5,6 +5,7 @@
 // host memory, staged through host copies for a GPU backend, or device memory over NCCL links.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -99,9 +100,14 @@ private:
   int local_neighbour(int chunk, int dir) const;
   void release(int chunk, int mb);
   float* recv_buffer(const Step& st, int dir, int mb, int chunk);
+  // A step's receives: posted into the pools' buffers, in list order, as buffers free
+  // (schedule::receive_buffers; with NCCL links all at once); consumed() frees (dir, mb, chunk)'s.
+  void start_receives(Step& st);
+  void post_receives(Step& st);
+  void consumed(Step& st, int dir, int mb, int chunk);
   // The output gradient of (mb, chunk) where the stage can read it (null on the last stage): the
   // receive buffer, or the slot's (written by this rank's next chunk, or copied in when staged).
-  const float* received_grad(GptStage& stage, int mb, int chunk);
+  const float* received_grad(const Step& st, GptStage& stage, int mb, int chunk);
   // Where the input gradient of (mb, chunk) goes: the send buffer, or the previous chunk's slot.
   float* input_grad(int mb, int chunk);
   // x itself, or (staged) x copied into the host buffer `host`, ready for MPI.
@@ -132,9 +138,9 @@ private:
   std::vector<bool> split_;      // per chunk: its backward runs as BI then BW
   std::vector<bool> keeps_dout_; // per chunk: its slots keep a gradient (Slot::dout)
   std::map<Key, Slot*> live_;
-  // one buffer per receive and per gradient send of the list (N*C floats each); host memory for
-  // MPI, backend memory for NCCL
-  std::map<MsgKey, FloatBuffer> recv_buf_;
+  // the receive pools per direction (0 activations, 1 gradients) and one buffer per gradient
+  // send of the list (N*C floats each); host memory for MPI, backend memory for NCCL
+  std::array<std::vector<FloatBuffer>, 2> recv_pool_;
   std::map<Key, FloatBuffer> grad_send_buf_;
   // staged (GPU backend): MPI sees host memory only, whatever the MPI's single-copy mechanism
   bool staged_ = false;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -168,8 +169,8 @@ double reducers_scratch(const RunConfig& cfg, const std::vector<double>& dense_l
 }
 
 // Bytes of the engine's message buffers on pipeline rank pp_rank: those of every list a step
-// may run (schedule::message_buffers, the engine's list; 2bw: its eight step lists). Host memory;
-// none on a GPU (the device copy of a received gradient lives in its micro-batch's slot).
+// may run (schedule::message_buffers and receive_buffers' pools, the engine's; 2bw: its eight
+// step lists). Host memory; none on a GPU (a received gradient's device copy lives in its slot).
 double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule::Schedule& sched,
                      int pp_rank, const std::vector<schedule::ChunkUse>& use) {
   using schedule::MessageBuffer;
@@ -187,10 +188,17 @@ double message_bytes(const RunConfig& cfg, const StageShapes& s, const schedule:
   double bytes = 0.0;
   const auto count = [&](MessageBuffer kind, const schedule::Action& a) {
     if (!made.insert({static_cast<int>(kind), a.mb, a.chunk}).second) return;
-    // host memory for MPI: on a GPU none of the device's (its copies live in the slots)
-    if (!gpu && kind != MessageBuffer::activation_send) bytes += buf(s.R * s.C);
+    // host memory for MPI: on a GPU none of the device's (its copies live in the slots); the
+    // receives' pools apart
+    if (!gpu && kind == MessageBuffer::gradient_send) bytes += buf(s.R * s.C);
   };
-  for (const auto* list : lists) schedule::message_buffers(sched, pp_rank, *list, count);
+  std::array<int, 2> pools{0, 0};
+  for (const auto* list : lists) {
+    schedule::message_buffers(sched, pp_rank, *list, count);
+    const std::array<int, 2> needed = schedule::receive_buffers(*list);
+    for (std::size_t dir = 0; dir < 2; ++dir) pools[dir] = std::max(pools[dir], needed[dir]);
+  }
+  if (!gpu) bytes += (pools[0] + pools[1]) * buf(s.R * s.C);
   const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
   // bf16 over MPI (comm/p2p.hpp): receives are widened and gradient sends packed in place; an
   // activation send is packed into a copy held until it completes, before its micro-batch's

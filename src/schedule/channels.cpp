@@ -21,6 +21,30 @@ std::vector<ChunkUse> chunk_use(const std::vector<Action>& actions, int chunks) 
   return use;
 }
 
+std::array<int, 2> receive_buffers(const std::vector<Action>& list) {
+  std::array<int, 2> most{0, 0};
+  std::array<std::vector<int>, 2> change; // per direction: +1 at a RECV, -1 after its consumer
+  for (auto& c : change) c.assign(list.size() + 1, 0);
+  for (std::size_t r = 0; r < list.size(); ++r) {
+    const Action& a = list[r];
+    if (a.op != Op::RECV_ACT && a.op != Op::RECV_GRAD) continue;
+    const int dir = a.op == Op::RECV_ACT ? 0 : 1;
+    std::size_t c = r + 1;
+    for (; c < list.size(); ++c) {
+      const Action& x = list[c];
+      const bool consumes = dir == 0 ? x.op == Op::F : (x.op == Op::B || x.op == Op::BW);
+      if (consumes && x.mb == a.mb && x.chunk == a.chunk) break;
+    }
+    ++change[static_cast<std::size_t>(dir)][r];
+    --change[static_cast<std::size_t>(dir)][std::min(c + 1, list.size())];
+  }
+  for (std::size_t dir = 0; dir < 2; ++dir) {
+    int live = 0;
+    for (const int d : change[dir]) most[dir] = std::max(most[dir], live += d);
+  }
+  return most;
+}
+
 std::vector<Channel> channels(const Schedule& s) {
   std::map<std::tuple<bool, int, int>, Channel> by_key; // ordered by (grad, from, to)
   for (int r = 0; r < s.p; ++r) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -91,8 +92,9 @@ std::vector<ChunkUse> chunk_use(const std::vector<Action>& actions, int chunks);
 // The message buffers PipelineEngine keeps for one of rank `rank`'s lists under placement s:
 // f(kind, action) for each action that needs one. A buffer is kept per (kind, micro-batch id,
 // chunk): actions of the same key share it. The engine allocates them and the memory model
-// counts them from this one list. (A gradient that stays on the rank, or is copied into a GPU's
-// memory, lives in the receiving micro-batch's activation slot instead: slot_keeps_gradient.)
+// counts them from this one list; over MPI, receives share receive_buffers' pools instead. (A
+// gradient that stays on the rank, or is copied into a GPU's memory, lives in the receiving
+// micro-batch's activation slot instead: slot_keeps_gradient.)
 enum class MessageBuffer {
   received_activation, // RECV_ACT's
   received_gradient,   // RECV_GRAD's
@@ -113,6 +115,14 @@ void message_buffers(const Schedule& s, int rank, const std::vector<Action>& lis
     }
   }
 }
+
+// The receive buffers one of a rank's lists needs per direction (0 activations, 1 gradients),
+// PipelineEngine posting each receive, in list order, as soon as one of its direction's buffers
+// is free: a buffer holds its message from its RECV until it is consumed (an activation by its
+// F; a gradient when its micro-batch's backward ends, B or the BW of a split backward). The most
+// messages live at once between their RECV and their consumer: with that many buffers every
+// receive is posted by its own RECV action (the ones before it in the list hold the rest).
+std::array<int, 2> receive_buffers(const std::vector<Action>& list);
 
 // Whether each activation slot of chunk `chunk` of rank `rank` keeps a buffer for the gradient of
 // its output (as long as the micro-batch's slot lives: until its backward-weight): where that
