@@ -486,3 +486,28 @@ TEST(Schedule, CsvReadsBackEveryBuiltIn) {
 
 } // namespace
 } // namespace pt::schedule
+
+namespace pt::schedule {
+namespace {
+
+// The engine's receive pools: a buffer per message live between its RECV and its consumer (an
+// activation's F; a gradient's B, or the BW of a split backward).
+TEST(Schedule, ReceiveBuffersCountTheMessagesLiveAtOnce) {
+  const std::vector<Action> two_ahead = {{Op::RECV_ACT, 0, 0, 0}, {Op::RECV_ACT, 1, 0, 0},
+                                         {Op::F, 0, 0, -1},       {Op::RECV_ACT, 2, 0, 0},
+                                         {Op::F, 1, 0, -1},       {Op::F, 2, 0, -1}};
+  EXPECT_EQ(receive_buffers(two_ahead), (std::array<int, 2>{2, 0}));
+  const std::vector<Action> split = {{Op::RECV_GRAD, 0, 0, 2}, {Op::BI, 0, 0, -1},
+                                     {Op::RECV_GRAD, 1, 0, 2}, {Op::BI, 1, 0, -1},
+                                     {Op::BW, 0, 0, -1},       {Op::BW, 1, 0, -1}};
+  EXPECT_EQ(receive_buffers(split), (std::array<int, 2>{0, 2}));
+  // 1F1B and GPipe receive each message right before its use: one buffer a direction on a
+  // middle rank, however many micro-batches
+  for (const ScheduleKind kind : {ScheduleKind::one_f_one_b, ScheduleKind::gpipe}) {
+    const Schedule s = make_schedule(kind, 4, 16, 1);
+    EXPECT_EQ(receive_buffers(s.ranks[1]), (std::array<int, 2>{1, 1})) << s.name;
+  }
+}
+
+} // namespace
+} // namespace pt::schedule
