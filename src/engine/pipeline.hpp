@@ -1,5 +1,5 @@
 // Executes one pipeline rank's action list (docs/design.md section 6). The engine has no schedule
-// logic: it posts every receive of the step first, runs the actions in order (sends are
+// logic: it posts each receive by its RECV at the latest, runs the actions in order (sends are
 // non-blocking), keeps activations only between a micro-batch's F and its B (or BW), and times
 // compute and waits for the measured bubble. Messages go through a PipeTransport (comm/p2p.hpp):
 // host memory, staged through host copies for a GPU backend, or device memory over NCCL links.

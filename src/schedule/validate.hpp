@@ -1,7 +1,7 @@
 // Validator and simulator of schedules (docs/design.md section 6).
 //
-// Execution model, the one the engine implements: every receive is posted before the step, a
-// SEND never blocks (MPI_Isend), a RECV waits until the peer has issued the matching SEND.
+// Execution model, the one the engine implements: a SEND never blocks (MPI_Isend), a RECV waits
+// until the peer has issued the matching SEND (the engine posts each receive by its RECV).
 // So a schedule is deadlock-free exactly when replaying all ranks' lists under that rule ends
 // with every list done.
 #pragma once
