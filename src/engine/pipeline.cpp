@@ -327,20 +327,24 @@ void PipelineEngine::finish_slot(Step& st, int chunk, int mb) {
   release(chunk, mb);
 }
 
+void PipelineEngine::wait_receive(Step& st, const Action& a) {
+  const auto it = st.recv.find({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk});
+  if (it == st.recv.end()) {
+    fatal("internal error: " + schedule::describe(a) + " reached before its receive was posted");
+  }
+  waited(st,
+         transport_.wait(it->second, schedule::describe(a) + " (pipeline rank " +
+                                         std::to_string(me_) + ", " + st.what() + ")"),
+         a.mb, a.chunk);
+}
+
 void PipelineEngine::execute(const Action& a, GptStage& stage, Step& st) {
   const std::size_t NC = static_cast<std::size_t>(N_) * C_;
   const int B = cfg_.train.micro_batch;
   switch (a.op) {
   case Op::RECV_ACT:
   case Op::RECV_GRAD:
-    if (!st.recv.count({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk})) {
-      fatal("internal error: " + schedule::describe(a) + " reached before its receive was posted");
-    }
-    return waited(st,
-                  transport_.wait(st.recv.at({a.op == Op::RECV_ACT ? 0 : 1, a.mb, a.chunk}),
-                                  schedule::describe(a) + " (pipeline rank " + std::to_string(me_) +
-                                      ", " + st.what() + ")"),
-                  a.mb, a.chunk);
+    return wait_receive(st, a);
   case Op::F: {
     Slot& s = acquire(a.chunk, a.mb);
     const auto [step, j] = step_of(st, a.mb);

@@ -105,6 +105,7 @@ private:
   void start_receives(Step& st);
   void post_receives(Step& st);
   void consumed(Step& st, int dir, int mb, int chunk);
+  void wait_receive(Step& st, const schedule::Action& a); // a RECV: its message has arrived
   // The output gradient of (mb, chunk) where the stage can read it (null on the last stage): the
   // receive buffer, or the slot's (written by this rank's next chunk, or copied in when staged).
   const float* received_grad(const Step& st, GptStage& stage, int mb, int chunk);
