@@ -141,7 +141,6 @@ struct PipelineEngine::Step {
   double loss_sum = 0.0;
   bool dropped = false;    // test hook drop_send: the first SEND_ACT was skipped
   bool evaluating = false; // evaluation's list: no backward, messages over MPI, not traced
-  const std::vector<Action>* actions = nullptr; // the list this run executes
   std::string what() const {
     return evaluating ? "validation" : "step " + std::to_string(step + 1);
   }
@@ -153,13 +152,12 @@ float* PipelineEngine::recv_buffer(const Step& st, int dir, int mb, int chunk) {
   return recv_pool_[static_cast<std::size_t>(dir)][st.held.at(key)].data();
 }
 
-void PipelineEngine::start_receives(Step& st) {
+void PipelineEngine::start_receives(Step& st, const std::vector<Action>& actions) {
   for (std::size_t dir = 0; dir < 2; ++dir) {
     st.free[dir].resize(recv_pool_[dir].size());
     for (std::size_t i = 0; i < st.free[dir].size(); ++i)
       st.free[dir][i] = st.free[dir].size() - 1 - i;
   }
-  const std::vector<Action>& actions = *st.actions;
   if (transport_.device()) { // NCCL: every receive now, in each link's order, a buffer each
     st.recv = transport_.receive_step(actions, [&](const MsgKey& k) {
       const auto dir = static_cast<std::size_t>(std::get<0>(k));
@@ -256,8 +254,7 @@ double PipelineEngine::run(int step, const Sampler& sampler, StepTimes& t, bool 
           static_cast<std::int64_t>(layout_.coords().dp) * cfg_.parallel.micro_batches *
               cfg_.train.micro_batch,
           sampler, t};
-  st.actions = &actions;
-  start_receives(st); // as many as the pools hold; the rest as their buffers free
+  start_receives(st, actions); // as many as the pools hold; the rest as their buffers free
   for (std::size_t ai = 0; ai < actions.size(); ++ai) {
     const Action& a = actions[ai];
     GptStage& stage = *chunks_[static_cast<std::size_t>(a.chunk)];

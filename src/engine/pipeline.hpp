@@ -102,7 +102,7 @@ private:
   float* recv_buffer(const Step& st, int dir, int mb, int chunk);
   // A step's receives: posted into the pools' buffers, in list order, as buffers free
   // (schedule::receive_buffers; with NCCL links all at once); consumed() frees (dir, mb, chunk)'s.
-  void start_receives(Step& st);
+  void start_receives(Step& st, const std::vector<schedule::Action>& actions);
   void post_receives(Step& st);
   void consumed(Step& st, int dir, int mb, int chunk);
   void wait_receive(Step& st, const schedule::Action& a); // a RECV: its message has arrived

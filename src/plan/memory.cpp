@@ -225,6 +225,7 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
   const std::vector<schedule::Action>& actions = sched.ranks[static_cast<std::size_t>(pp_rank)];
   const std::vector<schedule::ChunkUse> use = schedule::chunk_use(actions, sched.v);
   const Recompute rc = cfg.train.recompute;
+  const bool gpu = cfg.device.kind == DeviceKind::cuda;
   MemoryEstimate e;
   std::size_t zero_widest = 0;
   // each chunk's reducers: the dp one, and with ep < dp the experts' over dp / ep ranks
@@ -274,7 +275,6 @@ MemoryEstimate predict_memory(const RunConfig& cfg, const Plan& plan, int pp_ran
     const bool split = u.split, fused = u.whole;
     const int peak = u.peak_live;
     // the slot: activations, a split backward's stash, the gradient of its output where kept
-    const bool gpu = cfg.device.kind == DeviceKind::cuda;
     const double slot =
         slot_bytes(s, spec, rc) + (split ? stash_bytes(s, spec, blocks) : 0.0) +
         (schedule::slot_keeps_gradient(sched, pp_rank, c, gpu) ? buf(s.R * s.C) : 0.0);
