@@ -24,7 +24,7 @@ namespace pt {
 class H5 {
 public:
   H5() = default;
-  H5(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  H5(hid_t id, herr_t (*closer)(hid_t)) : id_(id), close_(closer) {}
   ~H5() { reset(); }
   H5(const H5&) = delete;
   H5& operator=(const H5&) = delete;
@@ -38,9 +38,13 @@ public:
   }
   hid_t get() const { return id_; }
   bool ok() const { return id_ >= 0; }
-  void reset() {
-    if (id_ >= 0 && close_ != nullptr) close_(id_);
+  void reset() { close(); }
+  // Closes now (the id is gone even where the close fails); false where it failed (a file's
+  // flush to a full disk).
+  bool close() {
+    const herr_t r = id_ >= 0 && close_ != nullptr ? close_(id_) : 0;
     id_ = -1;
+    return r >= 0;
   }
 
 private:

@@ -20,6 +20,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <toml++/toml.h>
 
@@ -35,6 +36,28 @@ namespace {
 
 using namespace ckpt;
 namespace fs = std::filesystem;
+
+// Test-only: while one lives, the process may write no byte to a file (a file-size limit of 0,
+// RLIMIT_FSIZE): the kernel answers EFBIG (SIGXFSZ is ignored, main.cpp) as a full disk answers
+// ENOSPC, and the failure comes back through MPI-IO and HDF5 like a real one.
+class RefuseWrites {
+public:
+  explicit RefuseWrites(bool on) {
+    if (!on || getrlimit(RLIMIT_FSIZE, &saved_) != 0) return;
+    rlimit none = saved_;
+    none.rlim_cur = 0;
+    set_ = setrlimit(RLIMIT_FSIZE, &none) == 0;
+  }
+  ~RefuseWrites() {
+    if (set_) setrlimit(RLIMIT_FSIZE, &saved_);
+  }
+  RefuseWrites(const RefuseWrites&) = delete;
+  RefuseWrites& operator=(const RefuseWrites&) = delete;
+
+private:
+  rlimit saved_{};
+  bool set_ = false;
+};
 
 // Creates every dataset of every section (collective, in one order on every rank): contiguous,
 // never filled with fill values (every element is written); integrity comes from the
@@ -55,6 +78,11 @@ std::vector<H5> create_datasets(hid_t f, hid_t lcpl, const ParamLayout& whole, i
       ok &= sets.back().ok();
     }
   }
+  // The file's structure reaches the disk before its data: a disk that fills during the data
+  // leaves the close only blocks it already holds to rewrite (a close whose flush is refused
+  // waits forever inside HDF5's collective close, or crashes at MPI_Finalize with MPICH).
+  io.now("the checkpoint write's collective flush of its structure");
+  ok &= H5Fflush(f, H5F_SCOPE_LOCAL) >= 0;
   return sets;
 }
 
@@ -62,7 +90,8 @@ std::vector<H5> create_datasets(hid_t f, hid_t lcpl, const ParamLayout& whole, i
 // writes(); independent MPI-IO, no rank waits for another) and then each dataset's checksum
 // attribute: the slices' sums, added over all ranks. background: the thread's CPU priority drops
 // to the lowest once the collective creations are done (an asynchronous save: the writes take
-// the cycles training leaves). False on a failure.
+// the cycles training leaves). False on every rank where any rank failed (then no attribute is
+// written: a full disk has no room for them).
 bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const Layout& layout,
                    MPI_Comm comm, const Watchdog& watchdog, Shards& shards, int step,
                    bool background) {
@@ -70,13 +99,18 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
   const ParamLayout whole = whole_layout(cfg.model);
   const std::size_t T = whole.tensors().size();
   const int nsec = shards.sections();
-  std::vector<unsigned long long> sums(static_cast<std::size_t>(nsec) * T, 0);
+  // the slices' sums, then this rank's failures (added over all ranks with them)
+  std::vector<unsigned long long> sums(static_cast<std::size_t>(nsec) * T + 1, 0);
   const std::vector<int> turns = dp_turns(whole, layout.dp());
   std::vector<float> staged; // a GPU backend's tensor, copied to host memory for MPI-IO
   Watchdog::Scope io(watchdog, "the checkpoint write's MPI-IO");
   std::vector<H5> sets = create_datasets(f, lcpl, whole, nsec, io, ok);
   // Linux: a thread's own nice value; failing leaves the normal priority, which is still correct
   if (background) setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+  // test-only (util/test_hooks.hpp): the kernel refuses the last rank's data writes, as on a
+  // full disk (the attributes and the close that follow are allowed to write)
+  std::optional<RefuseWrites> refuse(std::in_place, test_hooks().fail_in_checkpoint == step &&
+                                                        layout.rank() == layout.size() - 1);
   for (int sec = 0; sec < nsec; ++sec) {
     // test-only (util/test_hooks.hpp): the last rank dies mid-write (fault test)
     if (sec == 1 && test_hooks().kill_in_checkpoint == step && layout.rank() == layout.size() - 1) {
@@ -103,8 +137,11 @@ bool write_tensors(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const 
       }
     }
   }
+  refuse.reset();
+  sums.back() = ok ? 0 : 1;
   watchdog.allreduce(sums.data(), static_cast<int>(sums.size()), MPI_UNSIGNED_LONG_LONG, MPI_SUM,
                      comm, "the checkpoint's checksums (write)");
+  if (sums.back() != 0) return false;
   io.now("the checkpoint write's collective checksum attributes");
   for (std::size_t i = 0; i < sets.size(); ++i) {
     ok &= write_attr(sets[i].get(), "checksum", H5T_NATIVE_ULLONG, &sums[i], 1);
@@ -166,27 +203,12 @@ bool write_metadata(hid_t f, hid_t lcpl, hid_t dxpl, const RunConfig& cfg, const
   return ok;
 }
 
-// Test-only: while one lives, the process may write no byte to a file (a file-size limit of 0,
-// RLIMIT_FSIZE): the kernel answers EFBIG (SIGXFSZ is ignored, main.cpp) as a full disk answers
-// ENOSPC, and the failure comes back through MPI-IO and HDF5 like a real one.
-class RefuseWrites {
-public:
-  explicit RefuseWrites(bool on) {
-    if (!on || getrlimit(RLIMIT_FSIZE, &saved_) != 0) return;
-    rlimit none = saved_;
-    none.rlim_cur = 0;
-    set_ = setrlimit(RLIMIT_FSIZE, &none) == 0;
-  }
-  ~RefuseWrites() {
-    if (set_) setrlimit(RLIMIT_FSIZE, &saved_);
-  }
-  RefuseWrites(const RefuseWrites&) = delete;
-  RefuseWrites& operator=(const RefuseWrites&) = delete;
-
-private:
-  rlimit saved_{};
-  bool set_ = false;
-};
+// Collective: whether `ok` holds on every rank of comm.
+bool all_ok(const Watchdog& watchdog, MPI_Comm comm, bool ok, const std::string& what) {
+  int all = ok ? 1 : 0;
+  watchdog.allreduce(&all, 1, MPI_INT, MPI_MIN, comm, what);
+  return all == 1;
+}
 
 // fsync: the data reaches the disk before a name points at it.
 void sync_path(const std::string& p) {
@@ -321,18 +343,21 @@ std::string write_checkpoint(const RunConfig& cfg, const Layout& layout, const W
     H5Pset_create_intermediate_group(lcpl.get(), 1);
     H5 dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
-    { // test-only (util/test_hooks.hpp): the kernel refuses the last rank's data writes, as
-      // on a full disk (the metadata and the close that follow are allowed to write)
-      const RefuseWrites refuse(test_hooks().fail_in_checkpoint == state.step &&
-                                layout.rank() == layout.size() - 1);
-      ok &= write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, comm, watchdog, shards,
-                          state.step, background);
-    }
+    const std::string what = "the checkpoint write's agreement";
+    ok = all_ok(watchdog, comm,
+                write_tensors(file.get(), lcpl.get(), dxpl.get(), cfg, layout, comm, watchdog,
+                              shards, state.step, background),
+                what);
     Watchdog::Scope io(watchdog, "the checkpoint write's collective metadata of '" + partial + "'");
-    ok &= write_metadata(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, partition, state);
+    // agreed: after a failure no rank adds to the file what a full disk has no room for
+    if (ok) {
+      ok = all_ok(
+          watchdog, comm,
+          write_metadata(file.get(), lcpl.get(), dxpl.get(), cfg, layout, shards, partition, state),
+          what);
+    }
     io.now("the collective MPI-IO close (flush) of '" + partial + "'");
-    if (H5Fclose(file.get()) < 0) ok = false;
-    file = H5();
+    if (!file.close()) ok = false;
   }
   if (!ok) {
     err = Error(ExitCode::other, "writing checkpoint '" + partial +

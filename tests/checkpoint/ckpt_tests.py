@@ -32,6 +32,10 @@ Scenarios (each exits 0 on success, prints what it compared):
                         watchdog (async: its writer's) names the MPI-IO open and the job exits 5
   write_fails [async]   a rank's write of step 10 fails as on a full disk: exit 1 naming the
                         file, its .partial removed, step 5 and latest untouched
+  disk_full [async]     a real full disk (a 2.5 MB tmpfs in a mount namespace of its own; skipped
+                        where none can be made): step 10's write fills it and it stays full
+                        through the close: exit 1 naming the file, its .partial removed, step 5
+                        and latest untouched
   sigterm [async]       SIGTERM to the ranks mid-run: exit 0 with a checkpoint; resuming it gives
                         the straight run's losses and parameters (async: checkpoint.async with a
                         save every step, so the signal comes during a write: that save and the
@@ -307,6 +311,41 @@ def write_fails(r, mode=None):
             sys.exit("FAIL: latest must still name step 5")
 
 
+def disk_full(r, mode=None):
+    # a real full disk: the checkpoints go to a tmpfs of 2.5 MB in a mount namespace of this run's
+    # own, where step 5's file (1.6 MB) fits and step 10's fills the disk midway and stays full
+    # through the file's close: exit 1 naming the file, no .partial left, step 5 and latest
+    # untouched, no wait for the hang watchdog
+    disk = f"{r.work}/disk"
+    os.makedirs(disk)
+    unshare = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        unshare.insert(1, "--map-root-user")
+    mount = subprocess.run(unshare + ["mount", "-t", "tmpfs", "-o", "size=2560k", "tmpfs", disk],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        print(f"SKIP: no mount namespace for a small tmpfs here: {mount.stderr.strip()}")
+        sys.exit(0)
+    extra = ["checkpoint.async=true"] if mode == "async" else []
+    args = r.cmd("2,1,1", "full", "checkpoint.every=5", f"runtime.hang_timeout_s={HANG_S}",
+                 *extra) + [f"checkpoint.dir={disk}"]
+    script = (f'mount -t tmpfs -o size=2560k tmpfs {disk} || exit 99; "$@"; rc=$?; '
+              f'ls -l {disk}; cat {disk}/latest; exit $rc')
+    p = subprocess.run(unshare + ["sh", "-c", script, "sh"] + args, capture_output=True,
+                       text=True, timeout=3 * HANG_S)
+    out = p.stdout + p.stderr
+    print(out[-2500:])
+    if p.returncode != 1:
+        sys.exit(f"FAIL: exit code {p.returncode}, expected 1")
+    expect_in(out, f"writing checkpoint '{disk}/step_00000010.h5.partial' failed; it is removed, "
+                   "and the checkpoints before it stand")
+    listing = p.stdout[p.stdout.rfind("total "):]
+    if ".partial" in listing or "step_00000005.h5" not in listing:
+        sys.exit("FAIL: the full disk must hold step 5 and latest only")
+    if not listing.rstrip().endswith("step_00000005.h5"):
+        sys.exit("FAIL: latest must still name step 5")
+
+
 def sigterm(r, mode=None):
     global STEPS
     STEPS = 3000  # long enough to be interrupted; the LR schedule follows it in every run
@@ -418,7 +457,7 @@ def main():
     {"bitexact": lambda: bitexact(r, a.args[0]), "reshard": lambda: reshard(r, a.args[0], a.args[1]),
      "damage": lambda: damage(r, a.args[0]), "fallback": lambda: fallback(r),
      "kill": lambda: kill(r, *a.args), "stall": lambda: stall(r, *a.args),
-     "write_fails": lambda: write_fails(r, *a.args),
+     "write_fails": lambda: write_fails(r, *a.args), "disk_full": lambda: disk_full(r, *a.args),
      "async": lambda: async_save(r, a.args[0]),
      "sigterm": lambda: sigterm(r, *a.args),
      "other_model": lambda: other_model(r), "other_data": lambda: other_data(r),
