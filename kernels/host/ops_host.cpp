@@ -305,17 +305,26 @@ float gelu_grad(float x, float d) { // d gelu(x) / dx times d
 
 } // namespace
 
+// The precision is chosen outside the loops: a choice inside keeps GCC from vectorizing them
+// (scalar, GELU took 8 to 9 times as long on the benchmark model).
 void gelu_forward(float* out, const float* inp, std::size_t n, bool bf16_in) {
   par_chunks("gelu_forward", n, [=](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) out[i] = gelu(bf16_in ? bf16::round(inp[i]) : inp[i]);
+    if (bf16_in) {
+      for (std::size_t i = i0; i < i1; ++i) out[i] = gelu(bf16::round(inp[i]));
+    } else {
+      for (std::size_t i = i0; i < i1; ++i) out[i] = gelu(inp[i]);
+    }
   });
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, bool bf16_in) {
   par_chunks("gelu_backward", n, [=](std::size_t i0, std::size_t i1) {
-    for (std::size_t i = i0; i < i1; ++i) {
-      dinp[i] = bf16_in ? gelu_grad(bf16::round(inp[i]), bf16::round(dout[i]))
-                        : gelu_grad(inp[i], dout[i]);
+    if (bf16_in) {
+      for (std::size_t i = i0; i < i1; ++i) {
+        dinp[i] = gelu_grad(bf16::round(inp[i]), bf16::round(dout[i]));
+      }
+    } else {
+      for (std::size_t i = i0; i < i1; ++i) dinp[i] = gelu_grad(inp[i], dout[i]);
     }
   });
 }
