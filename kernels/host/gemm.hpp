@@ -32,29 +32,61 @@ inline void blas_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alp
 #endif
 }
 
-// Blocks this size run at one BLAS call's rate on the benchmark model's products (smaller ones
-// repack the operands more often: 128 x 512 lost 11% on one thread), and a (2048 x 1152)
-// product still has 8 of them for the threads (docs/performance.md, pt_bench_gemm_threads).
+// The grid of blocks, fixed by the shape alone. Each dimension is cut into the fewest equal
+// blocks of at most kBlockRows x kBlockCols (multiples of 16 floats but the last): blocks this
+// size run at one BLAS call's rate on the benchmark model's products (smaller ones repack the
+// operands more often: 128 x 512 lost 11% on one thread). A product of fewer than kMinBlocks
+// blocks is cut further, its longer block side halved while that stays at least kMinSide, so
+// that a few threads share even the weight gradients, (384 x 384) outputs summed over 2048
+// tokens (docs/performance.md, pt_bench_gemm_threads).
 constexpr int kBlockRows = 512;
 constexpr int kBlockCols = 1024;
+constexpr int kMinBlocks = 4;
+constexpr int kMinSide = 192;
+
+struct Grid {
+  int rows, cols; // block counts
+  int block_rows, block_cols;
+};
+
+inline int even_side(int extent, int count) {
+  return ((extent + count - 1) / count + 15) & ~15;
+}
+
+inline Grid gemm_grid(int M, int N) {
+  Grid g{(M + kBlockRows - 1) / kBlockRows, (N + kBlockCols - 1) / kBlockCols, 0, 0};
+  for (;;) {
+    g.block_rows = even_side(M, g.rows);
+    g.block_cols = even_side(N, g.cols);
+    if (g.rows * g.cols >= kMinBlocks) break;
+    if (g.block_rows >= g.block_cols && g.block_rows >= 2 * kMinSide) {
+      ++g.rows;
+    } else if (g.block_cols >= 2 * kMinSide) {
+      ++g.cols;
+    } else {
+      break;
+    }
+  }
+  return g;
+}
 
 inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                  int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  const int row_blocks = (M + kBlockRows - 1) / kBlockRows;
-  const int col_blocks = (N + kBlockCols - 1) / kBlockCols;
+  const Grid g = gemm_grid(M, N);
   const auto block = [=](std::size_t blk) {
-    const int r0 = static_cast<int>(blk) / col_blocks * kBlockRows;
-    const int c0 = static_cast<int>(blk) % col_blocks * kBlockCols;
-    const int m = std::min(kBlockRows, M - r0), n = std::min(kBlockCols, N - c0);
+    const int r0 = static_cast<int>(blk) / g.cols * g.block_rows;
+    const int c0 = static_cast<int>(blk) % g.cols * g.block_cols;
+    const int m = std::min(g.block_rows, M - r0), n = std::min(g.block_cols, N - c0);
+    if (m <= 0 || n <= 0) return; // rounding up to 16 can leave a last block empty
     // rows r0.. of op(A): rows of A, or columns of A^T; columns c0.. of op(B) likewise
     const float* a = trans_a ? A + r0 : A + static_cast<std::size_t>(r0) * lda;
     const float* b = trans_b ? B + static_cast<std::size_t>(c0) * ldb : B + c0;
     blas_gemm(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta,
               C + static_cast<std::size_t>(r0) * ldc + c0, ldc);
   };
-  const auto blocks = static_cast<std::size_t>(row_blocks) * col_blocks;
+  const auto blocks = static_cast<std::size_t>(g.rows) * g.cols;
   if (blocks == 1) return block(0);
-  // the edge blocks are smaller: a dynamic schedule keeps the threads busy to the end
+  // the edge blocks can be smaller: a dynamic schedule keeps the threads busy to the end
   Kokkos::parallel_for(
       "gemm", Kokkos::RangePolicy<HostSpace, Kokkos::Schedule<Kokkos::Dynamic>>(0, blocks), block);
 }

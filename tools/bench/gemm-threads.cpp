@@ -43,10 +43,12 @@ int main(int argc, char** argv) {
     const char* name;
     int OC, IC;
     char kind; // f: forward (N,OC) = (N,IC) W^T; i: input gradient; w: weight gradient
-  } products[] = {{"qkv forward", 3 * C, C, 'f'},        {"fc forward", 4 * C, C, 'f'},
-                  {"fc2 forward", C, 4 * C, 'f'},        {"qkv input gradient", 3 * C, C, 'i'},
-                  {"fc2 input gradient", C, 4 * C, 'i'}, {"qkv weight gradient", 3 * C, C, 'w'},
-                  {"fc weight gradient", 4 * C, C, 'w'}};
+  } products[] = {{"qkv forward", 3 * C, C, 'f'},         {"proj forward", C, C, 'f'},
+                  {"fc forward", 4 * C, C, 'f'},          {"fc2 forward", C, 4 * C, 'f'},
+                  {"qkv input gradient", 3 * C, C, 'i'},  {"proj input gradient", C, C, 'i'},
+                  {"fc input gradient", 4 * C, C, 'i'},   {"fc2 input gradient", C, 4 * C, 'i'},
+                  {"qkv weight gradient", 3 * C, C, 'w'}, {"proj weight gradient", C, C, 'w'},
+                  {"fc weight gradient", 4 * C, C, 'w'},  {"fc2 weight gradient", C, 4 * C, 'w'}};
   std::printf("matrix products at %d thread(s), GFLOP/s (Kokkos %s%s)\n", T,
               pt::ops::host_space_name(),
               pt::ops::host_threads_available() ? "" : ": no threads, the blocks run in turn");
