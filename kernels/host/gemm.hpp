@@ -36,9 +36,9 @@ inline void blas_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alp
 // blocks of at most kBlockRows x kBlockCols (multiples of 16 floats but the last): blocks this
 // size run at one BLAS call's rate on the benchmark model's products (smaller ones repack the
 // operands more often: 128 x 512 lost 11% on one thread). A product of fewer than kMinBlocks
-// blocks is cut further, its longer block side halved while that stays at least kMinSide, so
-// that a few threads share even the weight gradients, (384 x 384) outputs summed over 2048
-// tokens (docs/performance.md, pt_bench_gemm_threads).
+// blocks is cut further, one more block along its longer block side while that side is at
+// least 2 kMinSide, so that a few threads share even the weight gradients, (384 x 384) outputs
+// summed over 2048 tokens (docs/performance.md, pt_bench_gemm_threads).
 constexpr int kBlockRows = 512;
 constexpr int kBlockCols = 1024;
 constexpr int kMinBlocks = 4;

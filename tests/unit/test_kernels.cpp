@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "host/fast_math.hpp"
+#include "host/gemm.hpp"
 #include "ops.hpp"
 
 namespace pt {
@@ -104,6 +105,49 @@ TEST(Kernels, MatmulWithBiasMatchesLoops) {
       for (int c = 0; c < C; ++c)
         want += inp[static_cast<std::size_t>(n * C + c)] * w[static_cast<std::size_t>(k * C + c)];
       EXPECT_NEAR(out[static_cast<std::size_t>(n * OC + k)], want, 1e-5);
+    }
+  }
+}
+
+// The products' grid of blocks: it covers the output, keeps the size limits, and cuts the
+// benchmark model's weight gradients into at least 4 blocks.
+TEST(Kernels, GemmGridCoversTheOutput) {
+  const int shapes[][2] = {{384, 384}, {1152, 384}, {384, 1536}, {2048, 1152}, {100, 7},
+                           {390, 400}, {520, 1040}, {3000, 50},  {1, 1}};
+  for (const auto& s : shapes) {
+    const int M = s[0], N = s[1];
+    const ops::detail::Grid g = ops::detail::gemm_grid(M, N);
+    EXPECT_GE(g.rows * g.block_rows, M) << M << " x " << N;
+    EXPECT_GE(g.cols * g.block_cols, N) << M << " x " << N;
+    EXPECT_LT((g.rows - 1) * g.block_rows, M) << M << " x " << N;
+    EXPECT_LT((g.cols - 1) * g.block_cols, N) << M << " x " << N;
+    EXPECT_LE(g.block_rows, ops::detail::kBlockRows);
+    EXPECT_LE(g.block_cols, ops::detail::kBlockCols);
+  }
+  const ops::detail::Grid square = ops::detail::gemm_grid(384, 384);
+  EXPECT_EQ(square.rows, 2);
+  EXPECT_EQ(square.cols, 2);
+  EXPECT_EQ(square.block_rows, 192);
+  EXPECT_EQ(ops::detail::gemm_grid(1152, 384).rows, 4);
+  EXPECT_EQ(ops::detail::gemm_grid(384, 1536).cols, 4);
+  EXPECT_EQ(ops::detail::gemm_grid(100, 7).rows * ops::detail::gemm_grid(100, 7).cols, 1);
+}
+
+// A weight gradient cut into 4 uneven blocks (a transposed operand) against direct sums.
+TEST(Kernels, BlockedWeightGradientMatchesLoops) {
+  const int N = 9, C = 400, OC = 390;
+  std::vector<float> dout(N * OC), inp(N * C), dw(OC * C, 0.5f);
+  for (std::size_t i = 0; i < dout.size(); ++i) dout[i] = std::sin(0.37f * static_cast<float>(i));
+  for (std::size_t i = 0; i < inp.size(); ++i) inp[i] = std::cos(0.11f * static_cast<float>(i));
+  ops::matmul_backward_weight(dw.data(), nullptr, dout.data(), inp.data(), N, C, OC);
+  for (int k = 0; k < OC; ++k) {
+    for (int c = 0; c < C; ++c) {
+      double want = 0.5;
+      for (int n = 0; n < N; ++n) {
+        want += static_cast<double>(dout[static_cast<std::size_t>(n * OC + k)]) *
+                inp[static_cast<std::size_t>(n * C + c)];
+      }
+      ASSERT_NEAR(dw[static_cast<std::size_t>(k * C + c)], want, 1e-5) << k << ", " << c;
     }
   }
 }
